@@ -1,0 +1,49 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let package = Package(
+    name: "pppbridge",
+    products: [
+        // What terminal-proxy programs link.
+        .library(name: "PPPBridge", targets: ["Framing", "PPP", "NetStack", "Capture", "Crypto"]),
+        .executable(name: "pppbridge", targets: ["pppbridge"]),
+        .executable(name: "pppbridge-bench", targets: ["PPPBridgeBench"]),
+    ],
+    targets: [
+        // System libraries from Debian (libpcap-dev, libssl-dev).
+        .systemLibrary(name: "CPcap", pkgConfig: "libpcap", providers: [.apt(["libpcap-dev"])]),
+        .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+
+        // Sans-IO protocol cores.
+        .target(name: "Framing"),
+        .target(name: "PPP", dependencies: ["Framing"]),
+        .target(name: "NetStack"),
+
+        // Captures in and out (libpcap, pppd record files) and their one-line descriptions.
+        .target(name: "Capture", dependencies: ["CPcap", "Framing", "PPP", "NetStack"]),
+        .target(name: "Crypto", dependencies: ["COpenSSL"]),
+
+        // The command-line tool: its commands live in a library so tests can drive them.
+        .target(name: "PPPBridgeCLI", dependencies: ["Framing", "PPP", "NetStack", "Capture"]),
+        .executableTarget(name: "pppbridge", dependencies: ["PPPBridgeCLI"]),
+
+        // Benchmarks against a plain C implementation of RFC 1662's byte loop.
+        .target(
+            name: "CFramingBaseline",
+            path: "Tools/CFramingBaseline",
+            cSettings: [.unsafeFlags(["-O2"])]
+        ),
+        .executableTarget(
+            name: "PPPBridgeBench",
+            dependencies: ["Framing", "CFramingBaseline"],
+            path: "Tools/Bench"
+        ),
+
+        .testTarget(name: "FramingTests", dependencies: ["Framing"]),
+        .testTarget(name: "PPPTests", dependencies: ["PPP", "Framing"]),
+        .testTarget(name: "NetStackTests", dependencies: ["NetStack"]),
+        .testTarget(name: "CaptureTests", dependencies: ["Capture", "Framing", "PPP", "NetStack", "Crypto"]),
+        .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Capture"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

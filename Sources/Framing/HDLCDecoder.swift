@@ -1,0 +1,250 @@
+/// What the decoder dropped or noticed, by cause. Malformed input is counted, never thrown.
+public struct DecoderCounters: Sendable, Equatable {
+    /// Frames delivered.
+    public var frames = 0
+    /// Frames whose FCS did not check (RFC 1662 §4.3).
+    public var badFCS = 0
+    /// Frames too short to hold a protocol and an FCS.
+    public var runts = 0
+    /// Frames longer than the MRU allows; their bytes were not kept.
+    public var tooLong = 0
+    /// Frames ended by the abort sequence 0x7D 0x7E (RFC 1662 §4.4.2).
+    public var aborted = 0
+    /// Frames whose address, control or protocol field is not one a PPP sender produces.
+    public var badHeader = 0
+    /// Flags with nothing between them (`7E 7E`, or only ignored bytes). Normal on a line; not an error.
+    public var emptyFrames = 0
+    /// Control characters received unescaped that the receive ACCM says to ignore (RFC 1662 §7.1).
+    public var ignoredControlBytes = 0
+    /// Bytes before the first flag, or after an error until the next flag.
+    public var discardedBytes = 0
+
+    public init() {}
+
+    /// Frames dropped for any reason.
+    public var droppedFrames: Int { badFCS + runts + tooLong + aborted + badHeader }
+}
+
+/// A frame handed out by `HDLCDecoder.decode`. Its buffers are borrowed from the decoder and
+/// valid only inside the callback; copy what must outlive it (`PPPFrame(packet:)` does).
+public struct DecodedFrame {
+    public let header: PPPHeader
+    /// The packet: header and information, FCS removed.
+    public let packet: UnsafeRawBufferPointer
+
+    public var `protocol`: UInt16 { header.protocol }
+    public var information: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: packet[header.length...]) }
+    public var frame: PPPFrame { PPPFrame(packet: packet)! }
+}
+
+/// A stream decoder for RFC 1662 async HDLC-like framing. Feed it chunks as they arrive:
+/// a frame may be split at any byte and one chunk may carry many frames. It never buffers
+/// more than one maximum-size frame; after garbage it resynchronises on the next flag.
+public struct HDLCDecoder: Sendable {
+    public var fcs: FCSKind
+    /// Largest information field accepted (the MRU we announced, RFC 1661 §6.1).
+    public private(set) var mru: Int
+    /// Control characters the peer may insert and we must drop (our receive ACCM).
+    public var receiveACCM: UInt32 {
+        didSet { rebuildTable() }
+    }
+    public private(set) var counters = DecoderCounters()
+
+    /// Byte classes: 0 data, 1 flag, 2 escape, 3 ignored control character.
+    private var classes: ByteClassTable
+    private var scanMode: ScanMode
+    private var buffer: [UInt8]
+    private var length = 0
+    private var escaped = false
+    private var overflowed = false
+    private var hunting = true
+
+    /// - Parameter receiveACCM: control characters to drop. 0 keeps every byte, which is what
+    ///   a trace reader wants; a live link uses what LCP negotiated (RFC 1662 §7.1).
+    public init(fcs: FCSKind = .fcs16, mru: Int = 1500, receiveACCM: UInt32 = 0) {
+        self.fcs = fcs
+        self.mru = mru
+        self.receiveACCM = receiveACCM
+        self.classes = HDLCDecoder.makeClasses(receiveACCM)
+        self.scanMode = ScanMode(accm: receiveACCM, accmOnly: true)
+        self.buffer = [UInt8](repeating: 0, count: HDLCDecoder.capacity(mru: mru))
+    }
+
+    /// Header (FF 03 and two protocol bytes), information and the longest FCS.
+    private static func capacity(mru: Int) -> Int { 4 + mru + 4 }
+
+    /// Changes the MRU (after LCP negotiates it). A frame in progress is kept when it fits.
+    public mutating func setMRU(_ newValue: Int) {
+        mru = newValue
+        var resized = [UInt8](repeating: 0, count: HDLCDecoder.capacity(mru: newValue))
+        if length <= resized.count {
+            resized.replaceSubrange(0..<length, with: buffer[0..<length])
+        } else {
+            overflowed = true
+            length = 0
+        }
+        buffer = resized
+    }
+
+    public mutating func resetCounters() { counters = DecoderCounters() }
+
+    private static func makeClasses(_ accm: UInt32) -> ByteClassTable {
+        ByteClassTable { b in
+            if b == HDLC.flag { return 1 }
+            if b == HDLC.escape { return 2 }
+            if b < 0x20 && (accm >> UInt32(b)) & 1 == 1 { return 3 }
+            return 0
+        }
+    }
+
+    private mutating func rebuildTable() {
+        classes = HDLCDecoder.makeClasses(receiveACCM)
+        scanMode = ScanMode(accm: receiveACCM, accmOnly: true)
+    }
+
+    /// Decodes `chunk`, calling `deliver` for each complete, checked frame in order.
+    public mutating func decode(_ chunk: UnsafeRawBufferPointer, _ deliver: (DecodedFrame) -> Void) {
+        guard let p = chunk.baseAddress, !chunk.isEmpty else { return }
+        let n = chunk.count
+        var storage: [UInt8] = []
+        swap(&storage, &buffer)
+        defer { swap(&storage, &buffer) }
+        let cls = classes.pointer
+        let mode = scanMode
+        storage.withUnsafeMutableBufferPointer { bufferPointer in
+            let buf = bufferPointer.baseAddress!
+            let capacity = bufferPointer.count
+            var i = 0
+            while i < n {
+                // Fast path, inside a frame: skip plain bytes eight at a time and copy them as
+                // one run; then take plain bytes and escape pairs one by one until something
+                // needs the state machine (a flag, an ignored byte, an escape split across
+                // chunks) or sixteen plain bytes in a row say the word scan pays again.
+                fast: while !hunting && !escaped && !overflowed && i < n {
+                    var j = i
+                    if case .table = mode {} else {
+                        while j + 8 <= n && !mode.mayContainSpecial(p.loadUnaligned(fromByteOffset: j, as: UInt64.self)) {
+                            j += 8
+                        }
+                    }
+                    let run = j - i
+                    if run > 0 {
+                        guard length + run <= capacity else {
+                            overflowed = true
+                            length = 0
+                            break fast
+                        }
+                        (buf + length).update(from: (p + i).assumingMemoryBound(to: UInt8.self), count: run)
+                        length += run
+                        i = j
+                    }
+                    var plainStreak = 0
+                    while i < n {
+                        let b = p.load(fromByteOffset: i, as: UInt8.self)
+                        let c = cls[Int(b)]
+                        var value = b
+                        if c == 0 {
+                            plainStreak += 1
+                            i += 1
+                        } else if c == 2 && i + 1 < n {
+                            value = p.load(fromByteOffset: i + 1, as: UInt8.self)
+                            guard cls[Int(value)] == 0 else { break fast }
+                            value ^= HDLC.escapeXOR
+                            plainStreak = 0
+                            i += 2
+                        } else {
+                            break fast
+                        }
+                        guard length < capacity else {
+                            overflowed = true
+                            length = 0
+                            break fast
+                        }
+                        buf[length] = value
+                        length += 1
+                        if plainStreak == 16 { continue fast }
+                    }
+                }
+                if i >= n { break }
+                let b = p.load(fromByteOffset: i, as: UInt8.self)
+                i += 1
+                switch cls[Int(b)] {
+                case 1:
+                    if hunting {
+                        hunting = false
+                    } else {
+                        endFrame(buf, deliver)
+                    }
+                case 3:
+                    // Dropped wherever it appears, even after an escape (as Linux ppp_async does).
+                    counters.ignoredControlBytes += 1
+                case 2:
+                    if hunting { counters.discardedBytes += 1 } else { escaped = true }
+                default:
+                    if hunting || overflowed {
+                        counters.discardedBytes += hunting ? 1 : 0
+                        escaped = false
+                        continue
+                    }
+                    let value = escaped ? b ^ HDLC.escapeXOR : b
+                    escaped = false
+                    if length < capacity {
+                        buf[length] = value
+                        length += 1
+                    } else {
+                        overflowed = true
+                        length = 0
+                    }
+                }
+            }
+        }
+    }
+
+    /// Decodes `bytes` and returns the frames, copied out.
+    public mutating func decode(_ bytes: [UInt8]) -> [PPPFrame] {
+        var frames: [PPPFrame] = []
+        bytes.withUnsafeBytes { raw in decode(raw) { frames.append($0.frame) } }
+        return frames
+    }
+
+    private mutating func endFrame(_ buf: UnsafeMutablePointer<UInt8>, _ deliver: (DecodedFrame) -> Void) {
+        defer {
+            length = 0
+            escaped = false
+            overflowed = false
+        }
+        if escaped {
+            counters.aborted += 1
+            return
+        }
+        if overflowed {
+            counters.tooLong += 1
+            return
+        }
+        if length == 0 {
+            counters.emptyFrames += 1
+            return
+        }
+        let fcsLength = fcs.byteCount
+        if length < fcsLength + 2 {
+            counters.runts += 1
+            return
+        }
+        let whole = UnsafeRawBufferPointer(start: buf, count: length)
+        guard fcs.verifies(whole) else {
+            counters.badFCS += 1
+            return
+        }
+        let packet = UnsafeRawBufferPointer(start: buf, count: length - fcsLength)
+        guard let header = PPPHeader.parse(packet) else {
+            counters.badHeader += 1
+            return
+        }
+        if packet.count - header.length > mru {
+            counters.tooLong += 1
+            return
+        }
+        counters.frames += 1
+        deliver(DecodedFrame(header: header, packet: packet))
+    }
+}

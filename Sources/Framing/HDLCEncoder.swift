@@ -1,0 +1,149 @@
+/// Frames PPP packets for an asynchronous line (RFC 1662 §4): flag, escaped content, FCS, flag.
+///
+/// Settings are plain values: LCP negotiates them and the link applies them at the moment
+/// RFC 1661 says (ACCM and compression take effect once LCP is Opened).
+public struct HDLCEncoder: Sendable {
+    public var fcs: FCSKind
+    /// Address and control field compression (RFC 1661 §6.6), when the peer accepted it.
+    public var compressAddressControl: Bool
+    /// Protocol field compression (RFC 1661 §6.5), when the peer accepted it.
+    public var compressProtocol: Bool
+
+    /// The set of values sent escaped: the peer's ACCM plus 0x7D, 0x7E and any extra values.
+    public var escapes: EscapeSet {
+        didSet { rebuildTables() }
+    }
+
+    private var escapeTable: EscapeTable
+    private var scanMode: ScanMode
+    /// Used for LCP codes 1–7, which always go with every control character escaped.
+    private static let defaultTable = EscapeTable(.allControlCharacters)
+
+    public init(fcs: FCSKind = .fcs16, escapes: EscapeSet = .allControlCharacters,
+                compressAddressControl: Bool = false, compressProtocol: Bool = false) {
+        self.fcs = fcs
+        self.escapes = escapes
+        self.compressAddressControl = compressAddressControl
+        self.compressProtocol = compressProtocol
+        self.escapeTable = EscapeTable(escapes)
+        self.scanMode = ScanMode(accm: escapes.accm, accmOnly: escapes.isACCMOnly)
+    }
+
+    private mutating func rebuildTables() {
+        escapeTable = EscapeTable(escapes)
+        scanMode = ScanMode(accm: escapes.accm, accmOnly: escapes.isACCMOnly)
+    }
+
+    /// The most bytes `encode` appends for an information field of `count` bytes.
+    public static func maximumEncodedLength(informationCount count: Int, fcs: FCSKind) -> Int {
+        // Opening and closing flag, then header, information and FCS, each possibly escaped.
+        2 + 2 * (4 + count + fcs.byteCount)
+    }
+
+    /// Appends the framed packet to `out`. The opening flag is left out when `out` already
+    /// ends in a flag, so back-to-back frames share one (RFC 1662 §4.1).
+    public func encode(protocol proto: UInt16, information: UnsafeRawBufferPointer, into out: inout [UInt8]) {
+        // RFC 1661 §6.5/§6.6 and RFC 1662 §7.1: LCP is never header-compressed, and its
+        // negotiation and termination packets (codes 1–7) escape every control character.
+        let isLCP = proto == 0xC021
+        let lcpNegotiation = isLCP && information.count > 0 && (1...7).contains(information[0])
+        var header: (UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0)
+        var headerCount = 0
+        withUnsafeMutableBytes(of: &header) { h in
+            if !compressAddressControl || isLCP {
+                h[0] = HDLC.allStationsAddress
+                h[1] = HDLC.unnumberedInformation
+                headerCount = 2
+            }
+            if compressProtocol && proto < 0x100 && !isLCP {
+                h[headerCount] = UInt8(proto)
+                headerCount += 1
+            } else {
+                h[headerCount] = UInt8(proto >> 8)
+                h[headerCount + 1] = UInt8(proto & 0xFF)
+                headerCount += 2
+            }
+        }
+        let table = lcpNegotiation ? HDLCEncoder.defaultTable : escapeTable
+        let mode = lcpNegotiation ? ScanMode.controlsFlagAndEscape : scanMode
+        let needsOpeningFlag = out.last != HDLC.flag
+        let start = out.count
+        let worst = HDLCEncoder.maximumEncodedLength(informationCount: information.count, fcs: fcs) + 8
+        out.append(contentsOf: repeatElement(0, count: worst))
+        var written = 0
+        withUnsafeBytes(of: header) { headerBytes in
+            let headerView = UnsafeRawBufferPointer(rebasing: headerBytes[0..<headerCount])
+            var fcsTrailer: (UInt32, Int) = (0, 0)
+            switch fcs {
+            case .none: break
+            case .fcs16: fcsTrailer = (UInt32(~FCS16.update(FCS16.update(FCS16.initial, headerView), information)), 2)
+            case .fcs32: fcsTrailer = (~FCS32.update(FCS32.update(FCS32.initial, headerView), information), 4)
+            }
+            out.withUnsafeMutableBufferPointer { buffer in
+                let dst = buffer.baseAddress! + start
+                var n = 0
+                if needsOpeningFlag { dst[0] = HDLC.flag; n = 1 }
+                n += Self.escape(headerView, table: table.entries, mode: mode, to: dst + n)
+                n += Self.escape(information, table: table.entries, mode: mode, to: dst + n)
+                withUnsafeBytes(of: fcsTrailer.0.littleEndian) { trailer in
+                    n += Self.escape(UnsafeRawBufferPointer(rebasing: trailer[0..<fcsTrailer.1]),
+                                     table: table.entries, mode: mode, to: dst + n)
+                }
+                dst[n] = HDLC.flag
+                written = n + 1
+            }
+        }
+        out.removeLast(worst - written)
+    }
+
+    public func encode(protocol proto: UInt16, information: [UInt8], into out: inout [UInt8]) {
+        information.withUnsafeBytes { encode(protocol: proto, information: $0, into: &out) }
+    }
+
+    /// One framed packet, opening and closing flags included.
+    public func encode(protocol proto: UInt16, information: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        encode(protocol: proto, information: information, into: &out)
+        return out
+    }
+
+    /// Escapes `src` into `dst` (which has room for twice its length plus 8) and returns the
+    /// bytes written. Eight bytes that need no escape are copied as one word; otherwise each
+    /// byte costs one table load: the entry holds the one or two output bytes and their count,
+    /// and the loop always stores two bytes and advances by the count, without branching.
+    @inline(__always)
+    static func escape(_ src: UnsafeRawBufferPointer, table: UnsafePointer<UInt32>, mode: ScanMode,
+                       to dst: UnsafeMutablePointer<UInt8>) -> Int {
+        guard let s = src.baseAddress else { return 0 }
+        let count = src.count
+        let raw = UnsafeMutableRawPointer(dst)
+        var i = 0
+        var j = 0
+        @inline(__always) func put(_ b: UInt8) {
+            let entry = table[Int(b)]
+            raw.storeBytes(of: UInt16(truncatingIfNeeded: entry), toByteOffset: j, as: UInt16.self)
+            j &+= Int(entry >> 16)
+        }
+        if case .table = mode {} else {
+            while i + 8 <= count {
+                let word = s.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+                if mode.mayContainSpecial(word) {
+                    var w = UInt64(littleEndian: word)
+                    for _ in 0..<8 {
+                        put(UInt8(truncatingIfNeeded: w))
+                        w >>= 8
+                    }
+                } else {
+                    raw.storeBytes(of: word, toByteOffset: j, as: UInt64.self)
+                    j += 8
+                }
+                i += 8
+            }
+        }
+        while i < count {
+            put(s.load(fromByteOffset: i, as: UInt8.self))
+            i += 1
+        }
+        return j
+    }
+}

@@ -1,0 +1,198 @@
+import Framing
+import Testing
+
+/// pppd's first LCP Configure-Request from `pppd-record_default.pppd`, exactly as it went on the line.
+let pppdConfReqOnWire: [UInt8] = hex("7eff7d23c0217d217d217d207d347d227d267d207d207d207d207d257d267d2cf67d5e7d5e7d277d227d287d22396d7e")
+let pppdConfReqInformation: [UInt8] = hex("0101001402060000000005060cf67e7e07020802")
+
+func hex(_ s: String) -> [UInt8] {
+    var out: [UInt8] = []
+    var chars = s.filter { !$0.isWhitespace }.makeIterator()
+    while let a = chars.next(), let b = chars.next() { out.append(UInt8(String([a, b]), radix: 16)!) }
+    return out
+}
+
+/// Decodes `stream` whole, byte by byte and in random chunks, and checks that all three give
+/// the same frames and counters (the swift-nio ByteToMessageDecoderVerifier idea).
+func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() },
+                   sourceLocation: SourceLocation = #_sourceLocation) -> ([PPPFrame], DecoderCounters) {
+    var whole = make()
+    let expected = whole.decode(stream)
+    var single = make()
+    var bytewise: [PPPFrame] = []
+    for b in stream { bytewise += single.decode([b]) }
+    #expect(bytewise == expected, sourceLocation: sourceLocation)
+    #expect(single.counters == whole.counters, sourceLocation: sourceLocation)
+    var rng = TestRandom(seed: UInt64(stream.count))
+    for _ in 0..<8 {
+        var chunked = make()
+        var frames: [PPPFrame] = []
+        var offset = 0
+        while offset < stream.count {
+            let end = min(stream.count, offset + 1 + rng.below(40))
+            frames += chunked.decode(Array(stream[offset..<end]))
+            offset = end
+        }
+        #expect(frames == expected, sourceLocation: sourceLocation)
+        #expect(chunked.counters == whole.counters, sourceLocation: sourceLocation)
+    }
+    return (expected, whole.counters)
+}
+
+@Suite struct EncoderTests {
+    @Test func lcpConfigureRequestMatchesPppd() {
+        // LCP codes 1–7 escape every control character whatever the ACCM (RFC 1662 §7.1),
+        // and keep FF 03 even with ACFC (RFC 1661 §6.6).
+        let encoder = HDLCEncoder(escapes: EscapeSet(accm: 0), compressAddressControl: true, compressProtocol: true)
+        #expect(encoder.encode(protocol: 0xC021, information: pppdConfReqInformation) == pppdConfReqOnWire)
+    }
+
+    @Test func compressionAppliesOnlyWhenSet() {
+        let info: [UInt8] = [0x45, 0x00]
+        let plain = HDLCEncoder(escapes: EscapeSet(accm: 0))
+        var d = HDLCDecoder()
+        let f1 = d.decode(plain.encode(protocol: 0x21, information: info))
+        #expect(f1 == [PPPFrame(protocol: 0x21, information: info, addressControlPresent: true, protocolCompressed: false)])
+        let compressed = HDLCEncoder(escapes: EscapeSet(accm: 0), compressAddressControl: true, compressProtocol: true)
+        let wire = compressed.encode(protocol: 0x21, information: info)
+        #expect(wire.count == 1 + 1 + 2 + 2 + 1)
+        let f2 = d.decode(wire)
+        #expect(f2 == [PPPFrame(protocol: 0x21, information: info, addressControlPresent: false, protocolCompressed: true)])
+        // Protocols above 0xFF are never compressed.
+        let f3 = d.decode(compressed.encode(protocol: 0x8021, information: info))
+        #expect(f3.first?.protocolCompressed == false)
+        #expect(d.counters.droppedFrames == 0)
+    }
+
+    @Test func escapesFollowTheSet() {
+        let info: [UInt8] = [0x00, 0x11, 0x13, 0x1F, 0x20, 0x7D, 0x7E, 0x91]
+        let none = HDLCEncoder(escapes: EscapeSet(accm: 0), compressAddressControl: true, compressProtocol: true)
+        let wire = none.encode(protocol: 0x21, information: info)
+        // Only 0x7D and 0x7E are escaped with ACCM 0.
+        #expect(Array(wire[2..<12]) == [0x00, 0x11, 0x13, 0x1F, 0x20, 0x7D, 0x5D, 0x7D, 0x5E, 0x91])
+        let xonxoff = HDLCEncoder(escapes: EscapeSet(accm: 0x000A_0000, extra: [0x91]), compressAddressControl: true, compressProtocol: true)
+        let wire2 = xonxoff.encode(protocol: 0x21, information: info)
+        #expect(Array(wire2[2..<16]) == [0x00, 0x7D, 0x31, 0x7D, 0x33, 0x1F, 0x20, 0x7D, 0x5D, 0x7D, 0x5E, 0x7D, 0xB1][0..<13] + [wire2[15]])
+    }
+
+    @Test func backToBackFramesShareAFlag() {
+        let e = HDLCEncoder()
+        var out: [UInt8] = []
+        e.encode(protocol: 0x21, information: [1, 2, 3], into: &out)
+        e.encode(protocol: 0x21, information: [4, 5, 6], into: &out)
+        #expect(out.filter { $0 == 0x7E }.count == 3)
+        var d = HDLCDecoder()
+        #expect(d.decode(out).map(\.information) == [[1, 2, 3], [4, 5, 6]])
+    }
+}
+
+@Suite struct DecoderTests {
+    @Test func decodesPppdFrame() {
+        let (frames, counters) = decodeAllWays(pppdConfReqOnWire)
+        #expect(frames == [PPPFrame(protocol: 0xC021, information: pppdConfReqInformation)])
+        #expect(counters.frames == 1 && counters.droppedFrames == 0)
+    }
+
+    @Test func badFCSIsCountedAndTheNextFrameSurvives() {
+        var bad = pppdConfReqOnWire
+        bad[bad.count - 2] ^= 0x01
+        let (frames, counters) = decodeAllWays(bad + pppdConfReqOnWire.dropFirst())
+        #expect(frames.count == 1)
+        #expect(counters.badFCS == 1)
+    }
+
+    @Test func emptyFramesAndIgnoredControlBytes() {
+        // `7E 7E` and `7E 00 00 7E` with 0x00 in the receive ACCM are empty frames; the frame's
+        // own opening flag makes a third.
+        let stream: [UInt8] = [0x7E, 0x7E, 0x00, 0x00, 0x7E] + pppdConfReqOnWire
+        let (frames, counters) = decodeAllWays(stream) { HDLCDecoder(receiveACCM: 0xFFFF_FFFF) }
+        #expect(frames.count == 1)
+        #expect(counters.emptyFrames == 3)
+        #expect(counters.ignoredControlBytes == 2)
+        // With ACCM 0 the two zero bytes are data: a runt.
+        let (_, c2) = decodeAllWays(stream)
+        #expect(c2.runts == 1 && c2.emptyFrames == 2)
+    }
+
+    @Test func controlCharactersInsertedByTheLineAreDropped() {
+        // XON/XOFF inserted by a modem inside a frame: dropped when in the receive ACCM.
+        var noisy = pppdConfReqOnWire
+        noisy.insert(0x11, at: 10)
+        noisy.insert(0x13, at: 20)
+        let (frames, counters) = decodeAllWays(noisy) { HDLCDecoder(receiveACCM: 0x000A_0000) }
+        #expect(frames.map(\.information) == [pppdConfReqInformation])
+        #expect(counters.ignoredControlBytes == 2)
+    }
+
+    @Test func abortSequenceDropsTheFrame() {
+        let aborted = Array(pppdConfReqOnWire[0..<20]) + [0x7D, 0x7E]
+        let (frames, counters) = decodeAllWays(aborted + pppdConfReqOnWire.dropFirst())
+        #expect(frames.count == 1)
+        #expect(counters.aborted == 1)
+    }
+
+    @Test func tooLongFramesAreDroppedWithoutBuffering() {
+        let encoder = HDLCEncoder()
+        let big = encoder.encode(protocol: 0x21, information: [UInt8](repeating: 0x45, count: 2000))
+        let fits = encoder.encode(protocol: 0x21, information: [UInt8](repeating: 0x45, count: 100))
+        let (frames, counters) = decodeAllWays(big + fits) { HDLCDecoder(mru: 1500) }
+        #expect(frames.count == 1 && frames[0].information.count == 100)
+        #expect(counters.tooLong == 1)
+        // A longer MRU accepts it.
+        let (frames2, _) = decodeAllWays(big) { HDLCDecoder(mru: 2000) }
+        #expect(frames2.count == 1)
+    }
+
+    @Test func garbageBeforeAndBetweenFramesResynchronises() {
+        var rng = TestRandom(seed: 7)
+        let garbage = (0..<300).map { _ in rng.byte() }.filter { $0 != 0x7E }
+        let stream = garbage + pppdConfReqOnWire + garbage + [0x7E] + pppdConfReqOnWire.dropFirst()
+        let (frames, counters) = decodeAllWays(stream)
+        #expect(frames.count == 2)
+        #expect(counters.discardedBytes > 0)
+        #expect(counters.frames == 2)
+    }
+
+    @Test func runtsAndBadHeaders() {
+        // A frame of 3 bytes with FCS-16 is a runt; FF 05 is not a PPP header.
+        var stream: [UInt8] = [0x7E, 0x21, 0x01, 0x02, 0x7E]
+        let badHeader: [UInt8] = [0xFF, 0x05, 0x00, 0x21, 0x45]
+        let f = FCS16.checksum(badHeader)
+        stream += badHeader + [UInt8(f & 0xFF), UInt8(f >> 8), 0x7E]
+        let (frames, counters) = decodeAllWays(stream)
+        #expect(frames.isEmpty)
+        #expect(counters.runts == 1)
+        #expect(counters.badHeader == 1)
+    }
+
+    @Test(arguments: [FCSKind.fcs16, .fcs32, .none])
+    func randomRoundTrips(fcs: FCSKind) {
+        var rng = TestRandom(seed: 0xF00D)
+        for round in 0..<60 {
+            var set = EscapeSet(accm: UInt32(truncatingIfNeeded: rng.next()))
+            if round % 3 == 0 { for _ in 0..<rng.below(20) { set.insert(rng.byte()) } }
+            let encoder = HDLCEncoder(fcs: fcs, escapes: set, compressAddressControl: rng.below(2) == 0,
+                                      compressProtocol: rng.below(2) == 0)
+            var stream: [UInt8] = []
+            var sent: [(UInt16, [UInt8])] = []
+            for _ in 0..<(1 + rng.below(6)) {
+                let protocols: [UInt16] = [0x0021, 0x002D, 0x002F, 0x8021, 0xC021, 0xC023, 0x80FD]
+                let proto = protocols[rng.below(protocols.count)]
+                var info = (0..<rng.below(1500)).map { _ in rng.byte() }
+                if proto == 0xC021, !info.isEmpty { info[0] = 9 }
+                encoder.encode(protocol: proto, information: info, into: &stream)
+                sent.append((proto, info))
+            }
+            // Every byte in the set went out escaped.
+            var afterEscape = false
+            for b in stream {
+                if !afterEscape && b != 0x7E && b != 0x7D { #expect(!set.contains(b)) }
+                afterEscape = b == 0x7D
+            }
+            let (frames, counters) = decodeAllWays(stream) { HDLCDecoder(fcs: fcs) }
+            #expect(frames.map(\.protocol) == sent.map(\.0))
+            #expect(frames.map(\.information) == sent.map(\.1))
+            #expect(counters.droppedFrames == 0)
+        }
+    }
+}

@@ -1,0 +1,191 @@
+// pppbridge-bench: throughput programs that compare against a reference measured in the same run.
+//
+//   swift run -c release pppbridge-bench framing [--mib N] [--rounds N]
+//
+// framing: RFC 1662 encode and decode of N MiB (default 64) of information fields, once random
+// and once all 0x7E (every byte escaped, the worst case), by our framer and by a plain C
+// implementation of the RFC's byte-at-a-time table loop (Tools/CFramingBaseline, -O2).
+// Both must produce identical bytes and frame counts; the best of several rounds counts.
+import CFramingBaseline
+import Foundation
+import Framing
+
+struct Options {
+    var mebibytes = 64
+    var rounds = 3
+    var frameLength = 1500
+}
+
+func fail(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("pppbridge-bench: \(message)\n".utf8))
+    exit(2)
+}
+
+func parse(_ args: ArraySlice<String>) -> Options {
+    var o = Options()
+    var it = args.makeIterator()
+    func number(_ flag: String) -> Int {
+        guard let v = it.next().flatMap({ Int($0) }), v > 0 else { fail("\(flag) needs a positive number") }
+        return v
+    }
+    while let a = it.next() {
+        switch a {
+        case "--mib": o.mebibytes = number(a)
+        case "--rounds": o.rounds = number(a)
+        case "--frame": o.frameLength = number(a)
+        default: fail("unknown option \(a)")
+        }
+    }
+    return o
+}
+
+/// A small deterministic generator (SplitMix64), so every run measures the same bytes.
+struct SplitMix64 {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+func seconds(_ d: Duration) -> Double {
+    Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+}
+
+func best(_ rounds: Int, _ body: () -> Void) -> Double {
+    let clock = ContinuousClock()
+    var fastest = Double.infinity
+    for _ in 0..<rounds {
+        let t = clock.measure(body)
+        fastest = min(fastest, seconds(t))
+    }
+    return fastest
+}
+
+struct Measurement {
+    var swiftEncode: Double
+    var cEncode: Double
+    var swiftDecode: Double
+    var cDecode: Double
+}
+
+func measure(name: String, payload: [UInt8], options o: Options) -> Measurement {
+    let frameCount = payload.count / o.frameLength
+    let informationBytes = frameCount * o.frameLength
+    let accm: UInt32 = 0
+    let encoder = HDLCEncoder(fcs: .fcs16, escapes: EscapeSet(accm: accm))
+    let worst = 1 + frameCount * (HDLCEncoder.maximumEncodedLength(informationCount: o.frameLength, fcs: .fcs16))
+
+    // Encode: ours.
+    var stream: [UInt8] = []
+    stream.reserveCapacity(worst + 64)
+    let swiftEncode = best(o.rounds) {
+        stream.removeAll(keepingCapacity: true)
+        payload.withUnsafeBytes { all in
+            for f in 0..<frameCount {
+                let slice = UnsafeRawBufferPointer(rebasing: all[(f * o.frameLength)..<((f + 1) * o.frameLength)])
+                encoder.encode(protocol: 0x0021, information: slice, into: &stream)
+            }
+        }
+    }
+    // Encode: the C baseline.
+    var cStream = [UInt8](repeating: 0, count: worst + 64)
+    var cLength = 0
+    let cEncode = best(o.rounds) {
+        cLength = payload.withUnsafeBufferPointer { p in
+            cStream.withUnsafeMutableBufferPointer { out in
+                cbaseline_encode(p.baseAddress, o.frameLength, frameCount, 0x0021, accm, out.baseAddress)
+            }
+        }
+    }
+    guard cLength == stream.count, cStream[0..<cLength].elementsEqual(stream) else {
+        fail("\(name): the C baseline and our encoder disagree (\(cLength) vs \(stream.count) bytes)")
+    }
+
+    // Decode, in 4 KiB chunks as reads from a line would arrive.
+    let chunk = 4096
+    var frames = 0
+    var decodedBytes = 0
+    let swiftDecode = best(o.rounds) {
+        var decoder = HDLCDecoder(fcs: .fcs16, mru: o.frameLength, receiveACCM: 0)
+        frames = 0
+        decodedBytes = 0
+        stream.withUnsafeBytes { all in
+            var offset = 0
+            while offset < all.count {
+                let end = min(all.count, offset + chunk)
+                decoder.decode(UnsafeRawBufferPointer(rebasing: all[offset..<end])) { frame in
+                    frames += 1
+                    decodedBytes += frame.information.count
+                }
+                offset = end
+            }
+        }
+    }
+    var cFrames = 0
+    var cBytes = 0
+    var cBuffer = [UInt8](repeating: 0, count: o.frameLength + 8)
+    let cDecode = best(o.rounds) {
+        var d = cbaseline_decoder()
+        cBuffer.withUnsafeMutableBufferPointer { b in
+            cbaseline_decoder_init(&d, b.baseAddress, b.count, 0)
+            stream.withUnsafeBufferPointer { all in
+                var offset = 0
+                while offset < all.count {
+                    let end = min(all.count, offset + chunk)
+                    cbaseline_decode(&d, all.baseAddress! + offset, end - offset)
+                    offset = end
+                }
+            }
+        }
+        cFrames = d.frames
+        cBytes = d.information_bytes
+    }
+    guard frames == frameCount, cFrames == frameCount, decodedBytes == informationBytes, cBytes == informationBytes else {
+        fail("\(name): decoded \(frames) frames (C: \(cFrames)) of \(frameCount)")
+    }
+    let mb = Double(informationBytes) / 1e6
+    func row(_ what: String, _ ours: Double, _ c: Double) {
+        let line = String(format: "%-7@ %-6@ ours %8.1f MB/s   C %8.1f MB/s   ratio %.2f", name as NSString, what as NSString, mb / ours, mb / c, c / ours)
+        print(line)
+    }
+    row("encode", swiftEncode, cEncode)
+    row("decode", swiftDecode, cDecode)
+    return Measurement(swiftEncode: swiftEncode, cEncode: cEncode, swiftDecode: swiftDecode, cDecode: cDecode)
+}
+
+func framing(_ o: Options) {
+    let size = o.mebibytes * 1024 * 1024
+    var rng = SplitMix64(state: 0x5050_5042_5249_4447)
+    var random = [UInt8](repeating: 0, count: size)
+    random.withUnsafeMutableBytes { raw in
+        for i in stride(from: 0, to: size - 7, by: 8) { raw.storeBytes(of: rng.next(), toByteOffset: i, as: UInt64.self) }
+    }
+    let worst = [UInt8](repeating: 0x7E, count: size)
+    print("framing: \(o.mebibytes) MiB of information in \(o.frameLength)-byte frames, FCS-16, ACCM 0, best of \(o.rounds)")
+    let r = measure(name: "random", payload: random, options: o)
+    let w = measure(name: "all-7e", payload: worst, options: o)
+    // The ratio over both payloads: total C time over total time of ours.
+    let encodeRatio = (r.cEncode + w.cEncode) / (r.swiftEncode + w.swiftEncode)
+    let decodeRatio = (r.cDecode + w.cDecode) / (r.swiftDecode + w.swiftDecode)
+    let minEncode = min(r.cEncode / r.swiftEncode, w.cEncode / w.swiftEncode)
+    let minDecode = min(r.cDecode / r.swiftDecode, w.cDecode / w.swiftDecode)
+    print(String(format: "worst-case ratios: encode %.2f decode %.2f", minEncode, minDecode))
+    print(String(format: "RESULT framing encode_ratio=%.2f decode_ratio=%.2f", encodeRatio, decodeRatio))
+}
+
+let arguments = CommandLine.arguments.dropFirst()
+switch arguments.first {
+case "framing":
+    framing(parse(arguments.dropFirst()))
+case nil, "--help", "-h":
+    print("""
+    usage: pppbridge-bench framing [--mib N] [--rounds N] [--frame BYTES]
+      framing   RFC 1662 encode/decode throughput, ours against a C byte-loop baseline (-O2)
+    """)
+default:
+    fail("unknown benchmark '\(arguments.first!)' (try --help)")
+}
