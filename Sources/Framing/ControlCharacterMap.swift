@@ -8,7 +8,7 @@ public struct EscapeSet: Sendable, Equatable {
     public private(set) var words: (UInt64, UInt64, UInt64, UInt64)
 
     /// The transmit set for an ACCM plus the always-escaped flag and escape values,
-    /// plus any extra values (pppd's `escape`).
+    /// plus any extra values (pppd's `escape`); values that cannot be escaped are left out.
     public init(accm: UInt32, extra: [UInt8] = []) {
         words = (UInt64(accm), 0, 0, 0)
         insert(HDLC.flag)
@@ -19,7 +19,17 @@ public struct EscapeSet: Sendable, Equatable {
     /// The RFC 1662 default before LCP negotiates anything: every control character escaped.
     public static let allControlCharacters = EscapeSet(accm: 0xFFFF_FFFF)
 
-    public mutating func insert(_ value: UInt8) {
+    /// False for values whose escaped form would itself be special: 0x5D and 0x5E turn into
+    /// 0x7D and 0x7E, and 0x20–0x3F into control characters a receiver's ACCM may drop
+    /// (pppd's `escape` refuses the same values).
+    public static func isEscapable(_ value: UInt8) -> Bool {
+        !(0x20...0x3F).contains(value) && value != 0x5D && value != 0x5E
+    }
+
+    /// Adds `value` to the set; returns false (and adds nothing) when it cannot be escaped.
+    @discardableResult
+    public mutating func insert(_ value: UInt8) -> Bool {
+        guard EscapeSet.isEscapable(value) else { return false }
         let bit = UInt64(1) << UInt64(value & 63)
         switch value >> 6 {
         case 0: words.0 |= bit
@@ -27,6 +37,7 @@ public struct EscapeSet: Sendable, Equatable {
         case 2: words.2 |= bit
         default: words.3 |= bit
         }
+        return true
     }
 
     public func contains(_ value: UInt8) -> Bool {
