@@ -16,7 +16,7 @@ let package = Package(
 
         // Sans-IO protocol cores.
         .target(name: "Framing"),
-        .target(name: "PPP", dependencies: ["Framing"]),
+        .target(name: "PPP", dependencies: ["Framing", "NetStack"]),
         .target(name: "NetStack"),
 
         // Captures in and out (libpcap, pppd record files) and their one-line descriptions.
@@ -40,7 +40,7 @@ let package = Package(
         ),
 
         .testTarget(name: "FramingTests", dependencies: ["Framing"]),
-        .testTarget(name: "PPPTests", dependencies: ["PPP", "Framing"]),
+        .testTarget(name: "PPPTests", dependencies: ["PPP", "Framing", "NetStack"]),
         .testTarget(name: "NetStackTests", dependencies: ["NetStack"]),
         .testTarget(name: "CaptureTests", dependencies: ["Capture", "Framing", "PPP", "NetStack", "Crypto"]),
         .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Capture"]),

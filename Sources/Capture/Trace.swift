@@ -1,0 +1,102 @@
+import Foundation
+import Framing
+
+/// A PPP frame read from a capture, numbered as tshark numbers the capture's records.
+public struct TraceFrame: Sendable, Equatable {
+    /// The record (pcap) or frame (pppd record file) number, from 1.
+    public var number: Int
+    public var time: CaptureTime
+    public var direction: Direction?
+    public var via: [String]
+    public var frame: PPPFrame
+}
+
+/// A capture that is not PPP frame by frame: PPPoE discovery and the like.
+public struct TraceNote: Sendable, Equatable {
+    public var number: Int
+    public var time: CaptureTime
+    public var text: String
+}
+
+/// Everything read from one capture file.
+public struct Trace: Sendable {
+    public enum Format: Sendable, Equatable {
+        case pcap(linkType: Int32)
+        case pppdRecord
+    }
+
+    public var format: Format
+    public var frames: [TraceFrame] = []
+    public var notes: [TraceNote] = []
+    /// Records that carried nothing PPP (ARP, other IP traffic, ...).
+    public var recordsWithoutPPP = 0
+    public var records = 0
+    /// When the first record was taken: the origin of relative times.
+    public var origin = CaptureTime(seconds: 0, microseconds: 0)
+    /// PPP headers or tunnel headers that could not be read.
+    public var problems: [String] = []
+    /// For pppd record files: the de-framing counters of each direction.
+    public var sentCounters = DecoderCounters()
+    public var receivedCounters = DecoderCounters()
+    /// A pppd record file that ended inside an entry.
+    public var truncatedAt: Int?
+
+    /// Reads a pcap (via libpcap) or pppd record file, told apart by their first bytes.
+    public init(path: String) throws(CaptureError) {
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw CaptureError("\(path): cannot read the file")
+        }
+        let bytes = [UInt8](data)
+        if PcapReader.looksLikePcap(bytes) {
+            let reader = try PcapReader(path: path)
+            guard LinkType(rawValue: reader.linkType) != nil else {
+                let known = LinkType.allCases.map { "\($0.rawValue) (\($0.name))" }.joined(separator: ", ")
+                throw CaptureError("\(path): link type \(reader.linkType) carries no PPP we read (known: \(known))")
+            }
+            self.init(pcap: reader)
+        } else if PPPDRecord.looksLikeRecord(bytes) {
+            self.init(record: try PPPDRecord(bytes: bytes))
+        } else {
+            throw CaptureError("\(path): neither a pcap file nor a pppd record file")
+        }
+    }
+
+    public init(pcap reader: PcapReader) {
+        format = .pcap(linkType: reader.linkType)
+        origin = reader.records.first?.time ?? origin
+        for (index, record) in reader.records.enumerated() {
+            records += 1
+            let contents = Encapsulation.contents(linkType: reader.linkType, record: record.data)
+            for carried in contents.frames {
+                frames.append(TraceFrame(number: index + 1, time: record.time, direction: carried.direction,
+                                         via: carried.via, frame: carried.frame))
+            }
+            for note in contents.notes { notes.append(TraceNote(number: index + 1, time: record.time, text: note)) }
+            problems += contents.problems.map { "#\(index + 1): \($0)" }
+            if contents.frames.isEmpty && contents.notes.isEmpty && contents.problems.isEmpty { recordsWithoutPPP += 1 }
+        }
+    }
+
+    /// De-frames both directions of a pppd record file with our stream decoder. The decoders
+    /// keep every byte (receive ACCM 0) and accept any length, as pppdump does: a trace shows
+    /// what was on the line, not what one side's settings would have let through.
+    public init(record: PPPDRecord) {
+        format = .pppdRecord
+        truncatedAt = record.truncatedAt
+        origin = CaptureTime(seconds: record.startTime, microseconds: 0)
+        var sent = HDLCDecoder(fcs: .fcs16, mru: 65535, receiveACCM: 0)
+        var received = HDLCDecoder(fcs: .fcs16, mru: 65535, receiveACCM: 0)
+        for event in record.events {
+            guard case let .data(direction, bytes, tenths) = event else { continue }
+            records += 1
+            let time = CaptureTime(tenthsOfSeconds: tenths, since: record.startTime)
+            var decoded: [PPPFrame] = []
+            if direction == .sent { decoded = sent.decode(bytes) } else { decoded = received.decode(bytes) }
+            for f in decoded {
+                frames.append(TraceFrame(number: frames.count + 1, time: time, direction: direction, via: [], frame: f))
+            }
+        }
+        sentCounters = sent.counters
+        receivedCounters = received.counters
+    }
+}

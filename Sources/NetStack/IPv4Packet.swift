@@ -1,0 +1,114 @@
+/// IP protocol numbers this stack names.
+public enum IPProtocol {
+    public static let icmp: UInt8 = 1
+    public static let tcp: UInt8 = 6
+    public static let udp: UInt8 = 17
+    public static let gre: UInt8 = 47
+
+    public static func name(_ p: UInt8) -> String {
+        switch p {
+        case icmp: return "ICMP"
+        case tcp: return "TCP"
+        case udp: return "UDP"
+        case gre: return "GRE"
+        default: return "proto=\(p)"
+        }
+    }
+}
+
+/// Why an IP-layer packet could not be read.
+public enum PacketError: Error, Equatable, Sendable, CustomStringConvertible {
+    case truncated(what: String, needed: Int, available: Int)
+    case invalid(String)
+
+    public var description: String {
+        switch self {
+        case let .truncated(what, needed, available): return "\(what) truncated: needs \(needed) bytes, has \(available)"
+        case let .invalid(s): return s
+        }
+    }
+}
+
+/// An IPv4 header (RFC 791 §3.1), parsed from a checked view and able to emit itself.
+public struct IPv4Header: Sendable, Equatable {
+    public var typeOfService: UInt8 = 0
+    public var totalLength: Int
+    public var identification: UInt16 = 0
+    public var dontFragment = false
+    public var moreFragments = false
+    /// In bytes (the field counts 8-byte units).
+    public var fragmentOffset = 0
+    public var timeToLive: UInt8 = 64
+    public var `protocol`: UInt8
+    /// As received; `emit` computes a fresh one.
+    public var checksum: UInt16 = 0
+    public var source: IPv4Address
+    public var destination: IPv4Address
+    /// Options, a multiple of 4 bytes (tolerated, not interpreted).
+    public var options: [UInt8] = []
+
+    public var headerLength: Int { 20 + options.count }
+    public var isFragment: Bool { moreFragments || fragmentOffset != 0 }
+
+    public init(protocol proto: UInt8, source: IPv4Address, destination: IPv4Address, payloadLength: Int) {
+        self.protocol = proto
+        self.source = source
+        self.destination = destination
+        self.totalLength = 20 + payloadLength
+    }
+
+    /// Parses the header of `bytes`. The total length may be less than `bytes.count`
+    /// (link padding), never more.
+    public init(parsing bytes: UnsafeRawBufferPointer) throws(PacketError) {
+        guard bytes.count >= 20 else { throw .truncated(what: "IPv4 header", needed: 20, available: bytes.count) }
+        let version = bytes[0] >> 4
+        guard version == 4 else { throw .invalid("IP version \(version)") }
+        let ihl = Int(bytes[0] & 0x0F) * 4
+        guard ihl >= 20 else { throw .invalid("IPv4 header length \(ihl)") }
+        guard bytes.count >= ihl else { throw .truncated(what: "IPv4 header", needed: ihl, available: bytes.count) }
+        let total = Int(bytes[2]) << 8 | Int(bytes[3])
+        guard total >= ihl else { throw .invalid("IPv4 total length \(total) below header length \(ihl)") }
+        guard total <= bytes.count else { throw .truncated(what: "IPv4 packet", needed: total, available: bytes.count) }
+        typeOfService = bytes[1]
+        totalLength = total
+        identification = UInt16(bytes[4]) << 8 | UInt16(bytes[5])
+        let flagsFragment = UInt16(bytes[6]) << 8 | UInt16(bytes[7])
+        dontFragment = flagsFragment & 0x4000 != 0
+        moreFragments = flagsFragment & 0x2000 != 0
+        fragmentOffset = Int(flagsFragment & 0x1FFF) * 8
+        timeToLive = bytes[8]
+        self.protocol = bytes[9]
+        checksum = UInt16(bytes[10]) << 8 | UInt16(bytes[11])
+        source = IPv4Address(bytes[12], bytes[13], bytes[14], bytes[15])
+        destination = IPv4Address(bytes[16], bytes[17], bytes[18], bytes[19])
+        options = Array(bytes[20..<ihl])
+    }
+
+    /// True when the header's checksum verifies over `headerBytes` (the first `headerLength` bytes).
+    public static func checksumValid(_ headerBytes: UnsafeRawBufferPointer) -> Bool {
+        InternetChecksum.finish(InternetChecksum.sum(headerBytes)) == 0
+    }
+
+    /// The header bytes with a computed checksum.
+    public func emit() -> [UInt8] {
+        var h = [UInt8](repeating: 0, count: headerLength)
+        h[0] = 0x40 | UInt8(headerLength / 4)
+        h[1] = typeOfService
+        h[2] = UInt8(totalLength >> 8)
+        h[3] = UInt8(totalLength & 0xFF)
+        h[4] = UInt8(identification >> 8)
+        h[5] = UInt8(identification & 0xFF)
+        let ff = (dontFragment ? 0x4000 : 0) | (moreFragments ? 0x2000 : 0) | (fragmentOffset / 8)
+        h[6] = UInt8(ff >> 8)
+        h[7] = UInt8(ff & 0xFF)
+        h[8] = timeToLive
+        h[9] = self.protocol
+        h.replaceSubrange(12..<16, with: source.bytes)
+        h.replaceSubrange(16..<20, with: destination.bytes)
+        h.replaceSubrange(20..<headerLength, with: options)
+        let c = InternetChecksum.checksum(h)
+        h[10] = UInt8(c >> 8)
+        h[11] = UInt8(c & 0xFF)
+        return h
+    }
+}

@@ -1,0 +1,237 @@
+/// TCP options this stack reads and writes (RFC 9293 §3.2, RFC 7323, RFC 2018).
+public enum TCPOption: Sendable, Equatable {
+    case noOperation
+    case maximumSegmentSize(UInt16)
+    case windowScale(UInt8)
+    case sackPermitted
+    case sack([(UInt32, UInt32)])
+    case timestamps(value: UInt32, echoReply: UInt32)
+    case other(kind: UInt8, data: [UInt8])
+
+    public static func == (a: TCPOption, b: TCPOption) -> Bool {
+        switch (a, b) {
+        case (.noOperation, .noOperation), (.sackPermitted, .sackPermitted): return true
+        case let (.maximumSegmentSize(x), .maximumSegmentSize(y)): return x == y
+        case let (.windowScale(x), .windowScale(y)): return x == y
+        case let (.sack(x), .sack(y)): return x.count == y.count && zip(x, y).allSatisfy { $0.0 == $1.0 && $0.1 == $1.1 }
+        case let (.timestamps(v1, e1), .timestamps(v2, e2)): return v1 == v2 && e1 == e2
+        case let (.other(k1, d1), .other(k2, d2)): return k1 == k2 && d1 == d2
+        default: return false
+        }
+    }
+
+    /// tcpdump's rendering.
+    public var description: String {
+        switch self {
+        case .noOperation: return "nop"
+        case let .maximumSegmentSize(m): return "mss \(m)"
+        case let .windowScale(s): return "wscale \(s)"
+        case .sackPermitted: return "sackOK"
+        case let .sack(blocks): return "sack \(blocks.count) " + blocks.map { "{\($0.0):\($0.1)}" }.joined()
+        case let .timestamps(v, e): return "TS val \(v) ecr \(e)"
+        case let .other(kind, data): return "opt-\(kind):" + data.map { String($0, radix: 16) }.joined()
+        }
+    }
+
+    var bytes: [UInt8] {
+        func be32(_ x: UInt32) -> [UInt8] { [UInt8(x >> 24), UInt8((x >> 16) & 0xFF), UInt8((x >> 8) & 0xFF), UInt8(x & 0xFF)] }
+        switch self {
+        case .noOperation: return [1]
+        case let .maximumSegmentSize(m): return [2, 4, UInt8(m >> 8), UInt8(m & 0xFF)]
+        case let .windowScale(s): return [3, 3, s]
+        case .sackPermitted: return [4, 2]
+        case let .sack(blocks): return [5, UInt8(2 + 8 * blocks.count)] + blocks.flatMap { be32($0.0) + be32($0.1) }
+        case let .timestamps(v, e): return [8, 10] + be32(v) + be32(e)
+        case let .other(kind, data): return [kind, UInt8(2 + data.count)] + data
+        }
+    }
+}
+
+/// A TCP header (RFC 9293 §3.1).
+public struct TCPHeader: Sendable, Equatable {
+    public var sourcePort: UInt16
+    public var destinationPort: UInt16
+    public var sequenceNumber: UInt32
+    public var acknowledgmentNumber: UInt32 = 0
+    public var flags: Flags
+    public var window: UInt16
+    /// As received; `emit` computes a fresh one.
+    public var checksum: UInt16 = 0
+    public var urgentPointer: UInt16 = 0
+    public var options: [TCPOption] = []
+    /// Header length as received (20 plus options and padding).
+    public private(set) var headerLength: Int = 20
+
+    public struct Flags: OptionSet, Sendable, Hashable {
+        public let rawValue: UInt8
+        public init(rawValue: UInt8) { self.rawValue = rawValue }
+        public static let fin = Flags(rawValue: 0x01)
+        public static let syn = Flags(rawValue: 0x02)
+        public static let rst = Flags(rawValue: 0x04)
+        public static let psh = Flags(rawValue: 0x08)
+        public static let ack = Flags(rawValue: 0x10)
+        public static let urg = Flags(rawValue: 0x20)
+        public static let ece = Flags(rawValue: 0x40)
+        public static let cwr = Flags(rawValue: 0x80)
+
+        /// tcpdump's letters: S F R P U E W, then "." for ACK.
+        public var letters: String {
+            var s = ""
+            for (f, c) in [(Flags.syn, "S"), (.fin, "F"), (.rst, "R"), (.psh, "P"), (.urg, "U"), (.ece, "E"), (.cwr, "W")] where contains(f) {
+                s += c
+            }
+            if contains(.ack) { s += "." }
+            return s.isEmpty ? "none" : s
+        }
+    }
+
+    public init(sourcePort: UInt16, destinationPort: UInt16, sequenceNumber: UInt32, flags: Flags, window: UInt16) {
+        self.sourcePort = sourcePort
+        self.destinationPort = destinationPort
+        self.sequenceNumber = sequenceNumber
+        self.flags = flags
+        self.window = window
+    }
+
+    public init(parsing b: UnsafeRawBufferPointer) throws(PacketError) {
+        guard b.count >= 20 else { throw .truncated(what: "TCP header", needed: 20, available: b.count) }
+        func be16(_ i: Int) -> UInt16 { UInt16(b[i]) << 8 | UInt16(b[i + 1]) }
+        func be32(_ i: Int) -> UInt32 { UInt32(be16(i)) << 16 | UInt32(be16(i + 2)) }
+        sourcePort = be16(0)
+        destinationPort = be16(2)
+        sequenceNumber = be32(4)
+        acknowledgmentNumber = be32(8)
+        let offset = Int(b[12] >> 4) * 4
+        guard offset >= 20 else { throw .invalid("TCP data offset \(offset)") }
+        guard offset <= b.count else { throw .truncated(what: "TCP header", needed: offset, available: b.count) }
+        headerLength = offset
+        flags = Flags(rawValue: b[13])
+        window = be16(14)
+        checksum = be16(16)
+        urgentPointer = be16(18)
+        var i = 20
+        while i < offset {
+            let kind = b[i]
+            if kind == 0 { break }
+            if kind == 1 {
+                options.append(.noOperation)
+                i += 1
+                continue
+            }
+            guard i + 1 < offset else { throw .invalid("TCP option \(kind) without length") }
+            let length = Int(b[i + 1])
+            guard length >= 2, i + length <= offset else { throw .invalid("TCP option \(kind) length \(length) runs past the header") }
+            let data = Array(b[(i + 2)..<(i + length)])
+            switch (kind, length) {
+            case (2, 4): options.append(.maximumSegmentSize(be16(i + 2)))
+            case (3, 3): options.append(.windowScale(data[0]))
+            case (4, 2): options.append(.sackPermitted)
+            case (5, _) where (length - 2) % 8 == 0:
+                options.append(.sack(stride(from: i + 2, to: i + length, by: 8).map { (be32($0), be32($0 + 4)) }))
+            case (8, 10): options.append(.timestamps(value: be32(i + 2), echoReply: be32(i + 6)))
+            default: options.append(.other(kind: kind, data: data))
+            }
+            i += length
+        }
+    }
+
+    /// The header bytes with the checksum over the pseudo-header, header and `payload`.
+    public func emit(source: IPv4Address, destination: IPv4Address, payload: [UInt8]) -> [UInt8] {
+        var optionBytes = options.flatMap(\.bytes)
+        while optionBytes.count % 4 != 0 { optionBytes.append(0) }
+        let length = 20 + optionBytes.count
+        var h = [UInt8](repeating: 0, count: 20)
+        func put16(_ i: Int, _ v: UInt16) { h[i] = UInt8(v >> 8); h[i + 1] = UInt8(v & 0xFF) }
+        func put32(_ i: Int, _ v: UInt32) { put16(i, UInt16(v >> 16)); put16(i + 2, UInt16(v & 0xFFFF)) }
+        put16(0, sourcePort)
+        put16(2, destinationPort)
+        put32(4, sequenceNumber)
+        put32(8, acknowledgmentNumber)
+        h[12] = UInt8(length / 4) << 4
+        h[13] = flags.rawValue
+        put16(14, window)
+        put16(18, urgentPointer)
+        h += optionBytes
+        let pseudo = InternetChecksum.pseudoHeaderSum(source: source, destination: destination, protocol: IPProtocol.tcp, length: length + payload.count)
+        let c = InternetChecksum.finish(InternetChecksum.sum(payload, into: InternetChecksum.sum(h, into: pseudo)))
+        h[16] = UInt8(c >> 8)
+        h[17] = UInt8(c & 0xFF)
+        return h
+    }
+}
+
+/// A UDP header (RFC 768).
+public struct UDPHeader: Sendable, Equatable {
+    public var sourcePort: UInt16
+    public var destinationPort: UInt16
+    /// Header plus payload.
+    public var length: Int
+    public var checksum: UInt16 = 0
+
+    public init(sourcePort: UInt16, destinationPort: UInt16, payloadLength: Int) {
+        self.sourcePort = sourcePort
+        self.destinationPort = destinationPort
+        self.length = 8 + payloadLength
+    }
+
+    public init(parsing b: UnsafeRawBufferPointer) throws(PacketError) {
+        guard b.count >= 8 else { throw .truncated(what: "UDP header", needed: 8, available: b.count) }
+        sourcePort = UInt16(b[0]) << 8 | UInt16(b[1])
+        destinationPort = UInt16(b[2]) << 8 | UInt16(b[3])
+        length = Int(b[4]) << 8 | Int(b[5])
+        checksum = UInt16(b[6]) << 8 | UInt16(b[7])
+        guard length >= 8 else { throw .invalid("UDP length \(length)") }
+        guard length <= b.count else { throw .truncated(what: "UDP datagram", needed: length, available: b.count) }
+    }
+
+    public func emit(source: IPv4Address, destination: IPv4Address, payload: [UInt8]) -> [UInt8] {
+        var h: [UInt8] = [UInt8(sourcePort >> 8), UInt8(sourcePort & 0xFF), UInt8(destinationPort >> 8),
+                          UInt8(destinationPort & 0xFF), UInt8(length >> 8), UInt8(length & 0xFF), 0, 0]
+        let pseudo = InternetChecksum.pseudoHeaderSum(source: source, destination: destination, protocol: IPProtocol.udp, length: length)
+        var c = InternetChecksum.finish(InternetChecksum.sum(payload, into: InternetChecksum.sum(h, into: pseudo)))
+        if c == 0 { c = 0xFFFF } // RFC 768: a computed zero is sent as all ones.
+        h[6] = UInt8(c >> 8)
+        h[7] = UInt8(c & 0xFF)
+        return h
+    }
+}
+
+/// An ICMP header (RFC 792): type, code, checksum and the 4-byte rest-of-header.
+public struct ICMPHeader: Sendable, Equatable {
+    public var type: UInt8
+    public var code: UInt8
+    public var checksum: UInt16 = 0
+    /// Identifier and sequence for echo messages; other uses for other types.
+    public var restOfHeader: UInt32
+
+    public static let echoReply: UInt8 = 0
+    public static let destinationUnreachable: UInt8 = 3
+    public static let echoRequest: UInt8 = 8
+    public static let timeExceeded: UInt8 = 11
+
+    public init(type: UInt8, code: UInt8, restOfHeader: UInt32) {
+        self.type = type
+        self.code = code
+        self.restOfHeader = restOfHeader
+    }
+
+    public init(parsing b: UnsafeRawBufferPointer) throws(PacketError) {
+        guard b.count >= 8 else { throw .truncated(what: "ICMP header", needed: 8, available: b.count) }
+        type = b[0]
+        code = b[1]
+        checksum = UInt16(b[2]) << 8 | UInt16(b[3])
+        restOfHeader = UInt32(b[4]) << 24 | UInt32(b[5]) << 16 | UInt32(b[6]) << 8 | UInt32(b[7])
+    }
+
+    public var identifier: UInt16 { UInt16(restOfHeader >> 16) }
+    public var sequence: UInt16 { UInt16(restOfHeader & 0xFFFF) }
+
+    public func emit(payload: [UInt8]) -> [UInt8] {
+        var h: [UInt8] = [type, code, 0, 0, UInt8(restOfHeader >> 24), UInt8((restOfHeader >> 16) & 0xFF),
+                          UInt8((restOfHeader >> 8) & 0xFF), UInt8(restOfHeader & 0xFF)]
+        let c = InternetChecksum.finish(InternetChecksum.sum(payload, into: InternetChecksum.sum(h)))
+        h[2] = UInt8(c >> 8)
+        h[3] = UInt8(c & 0xFF)
+        return h
+    }
+}

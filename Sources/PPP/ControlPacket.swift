@@ -1,0 +1,109 @@
+/// The packet format shared by LCP, the NCPs, PAP and CHAP (RFC 1661 §5): code, identifier,
+/// a 16-bit length that covers the header, then data.
+public struct ControlPacket: Sendable, Equatable {
+    public var code: UInt8
+    public var identifier: UInt8
+    public var data: [UInt8]
+
+    public static let headerLength = 4
+
+    public init(code: UInt8, identifier: UInt8, data: [UInt8] = []) {
+        self.code = code
+        self.identifier = identifier
+        self.data = data
+    }
+
+    /// Reads a packet from an information field. RFC 1661 §5: octets past the length are
+    /// padding and are ignored; a length beyond the field, or below 4, makes the packet invalid.
+    public init<C: Collection>(parsing bytes: C) throws(WireError) where C.Element == UInt8, C.Index == Int {
+        guard bytes.count >= ControlPacket.headerLength else {
+            throw .truncated(needed: ControlPacket.headerLength, available: bytes.count)
+        }
+        let s = bytes.startIndex
+        let length = Int(bytes[s + 2]) << 8 | Int(bytes[s + 3])
+        guard length >= ControlPacket.headerLength else { throw .lengthTooSmall(length: length) }
+        guard length <= bytes.count else { throw .lengthExceedsFrame(length: length, available: bytes.count) }
+        self.init(code: bytes[s], identifier: bytes[s + 1], data: Array(bytes[(s + 4)..<(s + length)]))
+    }
+
+    public var length: Int { ControlPacket.headerLength + data.count }
+
+    public func emit() -> [UInt8] {
+        [code, identifier, UInt8(length >> 8), UInt8(length & 0xFF)] + data
+    }
+}
+
+/// One type-length-value configuration option (RFC 1661 §6).
+public struct ConfigurationOption: Sendable, Equatable {
+    public var type: UInt8
+    public var value: [UInt8]
+
+    public init(type: UInt8, value: [UInt8] = []) {
+        self.type = type
+        self.value = value
+    }
+
+    /// Reads a whole option list. A length below 2 or past the end makes the list invalid.
+    public static func parseList(_ bytes: [UInt8]) throws(WireError) -> [ConfigurationOption] {
+        var options: [ConfigurationOption] = []
+        var i = 0
+        while i < bytes.count {
+            guard i + 2 <= bytes.count else {
+                throw .badOptionLength(type: bytes[i], length: -1, remaining: bytes.count - i)
+            }
+            let length = Int(bytes[i + 1])
+            guard length >= 2, i + length <= bytes.count else {
+                throw .badOptionLength(type: bytes[i], length: length, remaining: bytes.count - i)
+            }
+            options.append(ConfigurationOption(type: bytes[i], value: Array(bytes[(i + 2)..<(i + length)])))
+            i += length
+        }
+        return options
+    }
+
+    public static func emitList(_ options: [ConfigurationOption]) -> [UInt8] {
+        options.flatMap(\.bytes)
+    }
+
+    public var bytes: [UInt8] { [type, UInt8(2 + value.count)] + value }
+}
+
+/// Codes of RFC 1661 §5 (1–11) and RFC 1570 (12–13).
+public enum ControlCode {
+    public static let configureRequest: UInt8 = 1
+    public static let configureAck: UInt8 = 2
+    public static let configureNak: UInt8 = 3
+    public static let configureReject: UInt8 = 4
+    public static let terminateRequest: UInt8 = 5
+    public static let terminateAck: UInt8 = 6
+    public static let codeReject: UInt8 = 7
+    public static let protocolReject: UInt8 = 8
+    public static let echoRequest: UInt8 = 9
+    public static let echoReply: UInt8 = 10
+    public static let discardRequest: UInt8 = 11
+    public static let identification: UInt8 = 12
+    public static let timeRemaining: UInt8 = 13
+
+    /// pppd's short names.
+    public static func name(_ code: UInt8) -> String? {
+        switch code {
+        case 1: return "ConfReq"
+        case 2: return "ConfAck"
+        case 3: return "ConfNak"
+        case 4: return "ConfRej"
+        case 5: return "TermReq"
+        case 6: return "TermAck"
+        case 7: return "CodeRej"
+        case 8: return "ProtRej"
+        case 9: return "EchoReq"
+        case 10: return "EchoRep"
+        case 11: return "DiscReq"
+        case 12: return "Ident"
+        case 13: return "TimeRem"
+        default: return nil
+        }
+    }
+
+    /// Codes that carry a configuration option list.
+    public static func carriesOptions(_ code: UInt8) -> Bool { (1...4).contains(code) }
+}

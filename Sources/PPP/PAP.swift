@@ -1,0 +1,80 @@
+/// PAP packets (RFC 1334 §2.2).
+public enum PAPPacket: Sendable, Equatable {
+    case authenticateRequest(identifier: UInt8, peerID: [UInt8], password: [UInt8])
+    case authenticateAck(identifier: UInt8, message: [UInt8])
+    case authenticateNak(identifier: UInt8, message: [UInt8])
+
+    public enum Code {
+        public static let request: UInt8 = 1
+        public static let ack: UInt8 = 2
+        public static let nak: UInt8 = 3
+    }
+
+    public init(_ p: ControlPacket) throws(WireError) {
+        let d = p.data
+        switch p.code {
+        case Code.request:
+            guard d.count >= 1 else { throw .malformed("PAP Authenticate-Request without Peer-ID-Length") }
+            let idLength = Int(d[0])
+            guard d.count >= 1 + idLength + 1 else { throw .malformed("PAP Peer-ID runs past the packet") }
+            let passwordLength = Int(d[1 + idLength])
+            guard d.count >= 2 + idLength + passwordLength else { throw .malformed("PAP Password runs past the packet") }
+            self = .authenticateRequest(identifier: p.identifier, peerID: Array(d[1..<(1 + idLength)]),
+                                        password: Array(d[(2 + idLength)..<(2 + idLength + passwordLength)]))
+        case Code.ack, Code.nak:
+            // RFC 1334 §2.2.2: the Msg-Length octet is mandatory.
+            guard d.count >= 1 else { throw .malformed("PAP Authenticate-\(p.code == Code.ack ? "Ack" : "Nak") without Msg-Length") }
+            let length = Int(d[0])
+            guard d.count >= 1 + length else { throw .malformed("PAP Message runs past the packet") }
+            let message = Array(d[1..<(1 + length)])
+            self = p.code == Code.ack ? .authenticateAck(identifier: p.identifier, message: message)
+                : .authenticateNak(identifier: p.identifier, message: message)
+        default:
+            throw .malformed("PAP code \(p.code) is not defined")
+        }
+    }
+
+    public var packet: ControlPacket {
+        switch self {
+        case let .authenticateRequest(id, peer, password):
+            return ControlPacket(code: Code.request, identifier: id, data: [UInt8(peer.count)] + peer + [UInt8(password.count)] + password)
+        case let .authenticateAck(id, message):
+            return ControlPacket(code: Code.ack, identifier: id, data: [UInt8(message.count)] + message)
+        case let .authenticateNak(id, message):
+            return ControlPacket(code: Code.nak, identifier: id, data: [UInt8(message.count)] + message)
+        }
+    }
+
+    /// pppd's rendering (upap_printpkt); the password is hidden unless asked for.
+    public func describe(showPassword: Bool) -> String {
+        switch self {
+        case let .authenticateRequest(id, peer, password):
+            let shown = showPassword ? PrintableString.quoted(password) : "<hidden>"
+            return "AuthReq id=0x\(String(id, radix: 16)) user=\(PrintableString.quoted(peer)) password=\(shown)"
+        case let .authenticateAck(id, message):
+            return "AuthAck id=0x\(String(id, radix: 16))" + (message.isEmpty ? "" : " " + PrintableString.quoted(message))
+        case let .authenticateNak(id, message):
+            return "AuthNak id=0x\(String(id, radix: 16))" + (message.isEmpty ? "" : " " + PrintableString.quoted(message))
+        }
+    }
+}
+
+/// pppd's print_string: text in double quotes, other bytes as octal escapes.
+public enum PrintableString {
+    public static func quoted(_ bytes: [UInt8]) -> String {
+        var s = "\""
+        for b in bytes {
+            switch b {
+            case 0x22, 0x5C: s += "\\" + String(UnicodeScalar(b))
+            case 0x09: s += "\\t"
+            case 0x0A: s += "\\n"
+            case 0x0D: s += "\\r"
+            case 0x20..<0x7F: s += String(UnicodeScalar(b))
+            default:
+                let octal = String(b, radix: 8)
+                s += "\\" + String(repeating: "0", count: 3 - octal.count) + octal
+            }
+        }
+        return s + "\""
+    }
+}

@@ -1,0 +1,54 @@
+/// The `pppbridge` command line: parses arguments and runs a command, writing to the given
+/// sinks so tests can run it in-process. Returns the exit status.
+public struct CommandLineTool {
+    public var standardOutput: (String) -> Void
+    public var standardError: (String) -> Void
+
+    public init(standardOutput: @escaping (String) -> Void, standardError: @escaping (String) -> Void) {
+        self.standardOutput = standardOutput
+        self.standardError = standardError
+    }
+
+    /// Exit statuses.
+    public enum Status {
+        public static let success: Int32 = 0
+        /// Bad usage or an input that cannot be read.
+        public static let usage: Int32 = 2
+    }
+
+    public static let usage = """
+    pppbridge — a user-space PPP/TCP bridge for payment terminals on serial lines
+
+    usage: pppbridge <command> [options]
+
+    commands:
+      decode FILE   print every PPP frame of a capture (pcap link types 1, 9, 50, 204, or a
+                    pppd `record` file) in pppd's debug-log style, optionally writing a pcap
+      help          print this text; `pppbridge help decode` or `pppbridge decode --help`
+                    explain one command
+
+    Run `pppbridge decode --help` for the decode options.
+    """
+
+    public func run(_ arguments: [String]) -> Int32 {
+        guard let command = arguments.first else {
+            standardError(CommandLineTool.usage)
+            return Status.usage
+        }
+        let rest = Array(arguments.dropFirst())
+        switch command {
+        case "-h", "--help", "help":
+            if rest.first == "decode" {
+                standardOutput(DecodeCommand.usage)
+            } else {
+                standardOutput(CommandLineTool.usage)
+            }
+            return Status.success
+        case "decode":
+            return DecodeCommand(output: standardOutput, error: standardError).run(rest)
+        default:
+            standardError("pppbridge: unknown command '\(command)' (see `pppbridge --help`)")
+            return Status.usage
+        }
+    }
+}

@@ -1,0 +1,124 @@
+import Capture
+import Foundation
+import Framing
+import PPP
+import Testing
+
+/// The shared PPP traces, `../shared/traces` beside the checkout (or PPPBRIDGE_TRACES).
+enum Traces {
+    static let directory: String? = {
+        if let env = ProcessInfo.processInfo.environment["PPPBRIDGE_TRACES"] { return env }
+        // Tests/CaptureTests/Support.swift -> the package root -> ../shared/traces
+        var url = URL(fileURLWithPath: #filePath)
+        for _ in 0..<3 { url.deleteLastPathComponent() }
+        let candidate = url.deletingLastPathComponent().appendingPathComponent("shared/traces").path
+        return FileManager.default.fileExists(atPath: candidate) ? candidate : nil
+    }()
+
+    static func path(_ name: String) throws -> String {
+        let dir = try #require(directory, "the shared traces are expected in ../shared/traces beside the checkout (or set PPPBRIDGE_TRACES)")
+        return dir + "/" + name
+    }
+
+    static func load(_ name: String) throws -> Trace {
+        try Trace(path: try path(name))
+    }
+
+    static var all: [String] {
+        guard let dir = directory, let names = try? FileManager.default.contentsOfDirectory(atPath: dir) else { return [] }
+        return names.filter { $0.hasSuffix(".pcap") || $0.hasSuffix(".pppd") }.sorted()
+    }
+}
+
+extension Trace {
+    /// The frames of record `number` (tshark's frame number).
+    func frames(_ number: Int) -> [TraceFrame] { frames.filter { $0.number == number } }
+
+    /// The control packet of the one PPP frame of record `number`.
+    func control(_ number: Int, sourceLocation: SourceLocation = #_sourceLocation) throws -> (UInt16, ControlPacket) {
+        let f = try #require(frames(number).first, "no PPP frame in record #\(number)", sourceLocation: sourceLocation)
+        return (f.frame.protocol, try ControlPacket(parsing: f.frame.information))
+    }
+
+    func lcpOptions(_ number: Int, sourceLocation: SourceLocation = #_sourceLocation) throws -> [LCPOption] {
+        let (proto, packet) = try control(number, sourceLocation: sourceLocation)
+        #expect(proto == ProtocolNumber.lcp, sourceLocation: sourceLocation)
+        return try ConfigurationOption.parseList(packet.data).map(LCPOption.init)
+    }
+
+    func ipcpOptions(_ number: Int, sourceLocation: SourceLocation = #_sourceLocation) throws -> [IPCPOption] {
+        let (proto, packet) = try control(number, sourceLocation: sourceLocation)
+        #expect(proto == ProtocolNumber.ipcp, sourceLocation: sourceLocation)
+        return try ConfigurationOption.parseList(packet.data).map(IPCPOption.init)
+    }
+
+    func text(_ number: Int) -> [String] { frames(number).map { FramePrinter.describe($0.frame).text } }
+}
+
+/// Runs external tools (tshark, tcpdump, pppdump) with a time limit.
+enum ExternalTool {
+    static func find(_ name: String) -> String? {
+        for dir in ["/usr/bin", "/usr/sbin", "/usr/local/bin", "/bin", "/sbin"] where FileManager.default.isExecutableFile(atPath: dir + "/" + name) {
+            return dir + "/" + name
+        }
+        return nil
+    }
+
+    /// True when the tool is missing and the test may be skipped: never under CI, which installs it.
+    static func skipUnlessPresent(_ name: String) -> Bool {
+        if find(name) != nil { return false }
+        if ProcessInfo.processInfo.environment["CI"] != nil {
+            Issue.record("\(name) is missing; CI installs it (.ci/run)")
+        }
+        return true
+    }
+
+    struct Result {
+        var status: Int32
+        var output: String
+        var error: String
+    }
+
+    static func run(_ path: String, _ arguments: [String], timeout: TimeInterval = 60) throws -> Result {
+        let scratch = try ScratchDirectory()
+        let outPath = scratch.path + "/out", errPath = scratch.path + "/err"
+        FileManager.default.createFile(atPath: outPath, contents: nil)
+        FileManager.default.createFile(atPath: errPath, contents: nil)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: path)
+        p.arguments = arguments
+        p.standardOutput = FileHandle(forWritingAtPath: outPath)
+        p.standardError = FileHandle(forWritingAtPath: errPath)
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        let deadline = Date().addingTimeInterval(timeout)
+        while p.isRunning && Date() < deadline { usleep(10_000) }
+        if p.isRunning {
+            p.terminate()
+            p.waitUntilExit()
+            throw CaptureError("\(path) did not finish within \(timeout) s")
+        }
+        p.waitUntilExit()
+        let output = FileManager.default.contents(atPath: outPath) ?? Data()
+        let error = FileManager.default.contents(atPath: errPath) ?? Data()
+        return Result(status: p.terminationStatus, output: String(decoding: output, as: UTF8.self),
+                      error: String(decoding: error, as: UTF8.self))
+    }
+}
+
+/// A scratch directory removed when the test ends.
+final class ScratchDirectory {
+    let path: String
+    init() throws {
+        path = NSTemporaryDirectory() + "pppbridge-test-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+func hex(_ s: String) -> [UInt8] {
+    var out: [UInt8] = []
+    var chars = s.filter { !$0.isWhitespace }.makeIterator()
+    while let a = chars.next(), let b = chars.next() { out.append(UInt8(String([a, b]), radix: 16)!) }
+    return out
+}
