@@ -32,7 +32,8 @@ public enum PacketError: Error, Equatable, Sendable, CustomStringConvertible {
 /// An IPv4 header (RFC 791 §3.1), parsed from a checked view and able to emit itself.
 public struct IPv4Header: Sendable, Equatable {
     public var typeOfService: UInt8 = 0
-    public var totalLength: Int
+    /// Bytes after the header; the total length is derived from it.
+    public var payloadLength: Int
     public var identification: UInt16 = 0
     public var dontFragment = false
     public var moreFragments = false
@@ -48,13 +49,14 @@ public struct IPv4Header: Sendable, Equatable {
     public var options: [UInt8] = []
 
     public var headerLength: Int { 20 + options.count }
+    public var totalLength: Int { headerLength + payloadLength }
     public var isFragment: Bool { moreFragments || fragmentOffset != 0 }
 
     public init(protocol proto: UInt8, source: IPv4Address, destination: IPv4Address, payloadLength: Int) {
         self.protocol = proto
         self.source = source
         self.destination = destination
-        self.totalLength = 20 + payloadLength
+        self.payloadLength = payloadLength
     }
 
     /// Parses the header of `bytes`. The total length may be less than `bytes.count`
@@ -70,7 +72,7 @@ public struct IPv4Header: Sendable, Equatable {
         guard total >= ihl else { throw .invalid("IPv4 total length \(total) below header length \(ihl)") }
         guard total <= bytes.count else { throw .truncated(what: "IPv4 packet", needed: total, available: bytes.count) }
         typeOfService = bytes[1]
-        totalLength = total
+        payloadLength = total - ihl
         identification = UInt16(bytes[4]) << 8 | UInt16(bytes[5])
         let flagsFragment = UInt16(bytes[6]) << 8 | UInt16(bytes[7])
         dontFragment = flagsFragment & 0x4000 != 0

@@ -1,0 +1,94 @@
+import NetStack
+import Testing
+
+@Suite struct HeaderTests {
+    let a = IPv4Address(10, 0, 2, 15), b = IPv4Address(10, 0, 2, 2)
+
+    @Test func internetChecksumOfRFC1071Example() {
+        // RFC 1071 §3: the words 0001 f203 f4f5 f6f7 sum to ddf2 (ones' complement), checksum 220d.
+        #expect(InternetChecksum.checksum([0x00, 0x01, 0xF2, 0x03, 0xF4, 0xF5, 0xF6, 0xF7]) == 0x220D)
+        // Odd lengths pad with zero.
+        #expect(InternetChecksum.checksum([0x01]) == ~UInt16(0x0100))
+    }
+
+    @Test func ipv4EmitParseRoundTrip() throws {
+        var h = IPv4Header(protocol: IPProtocol.udp, source: a, destination: b, payloadLength: 12)
+        h.identification = 0x1234
+        h.dontFragment = true
+        h.timeToLive = 77
+        h.options = [1, 1, 1, 0]
+        let bytes = h.emit() + [UInt8](repeating: 0, count: 12)
+        let parsed = try bytes.withUnsafeBytes { try IPv4Header(parsing: $0) }
+        #expect(parsed.source == a && parsed.destination == b && parsed.identification == 0x1234 && parsed.dontFragment)
+        #expect(parsed.timeToLive == 77 && parsed.options == [1, 1, 1, 0] && parsed.totalLength == 36)
+        #expect(bytes.withUnsafeBytes { IPv4Header.checksumValid(UnsafeRawBufferPointer(rebasing: $0[0..<24])) })
+        var again = parsed
+        again.checksum = 0
+        var h2 = h
+        h2.checksum = 0
+        #expect(again == h2)
+    }
+
+    @Test func ipv4RejectsWhatIsNotIPv4() {
+        let good = IPv4Header(protocol: 6, source: a, destination: b, payloadLength: 0).emit()
+        var v6 = good
+        v6[0] = 0x60
+        var shortIHL = good
+        shortIHL[0] = 0x44
+        var long = good
+        long[3] = 40
+        for bad in [[UInt8](good.prefix(19)), v6, shortIHL, long] {
+            #expect(throws: PacketError.self) { try bad.withUnsafeBytes { try IPv4Header(parsing: $0) } }
+        }
+    }
+
+    @Test func tcpEmitParseRoundTripWithOptions() throws {
+        var t = TCPHeader(sourcePort: 42184, destinationPort: 9000, sequenceNumber: 0xFFFF_FFF0, flags: [.syn, .ack], window: 64240)
+        t.acknowledgmentNumber = 77
+        t.options = [.maximumSegmentSize(1460), .sackPermitted, .timestamps(value: 1, echoReply: 2), .noOperation, .windowScale(7),
+                     .sack([(1, 2), (3, 4)])]
+        let payload: [UInt8] = Array("hello".utf8)
+        let segment = t.emit(source: a, destination: b, payload: payload) + payload
+        let parsed = try segment.withUnsafeBytes { try TCPHeader(parsing: $0) }
+        #expect(parsed.options == t.options)
+        #expect(parsed.sourcePort == 42184 && parsed.sequenceNumber == 0xFFFF_FFF0 && parsed.flags == [.syn, .ack])
+        var ip = IPv4Header(protocol: IPProtocol.tcp, source: a, destination: b, payloadLength: segment.count)
+        ip.checksum = 0
+        #expect(segment.withUnsafeBytes { IPPacketPrinter.transportChecksumValid(ip, $0) })
+        let line = IPPacketPrinter.describe(ip.emit() + segment).text
+        #expect(line == "IP 10.0.2.15 > 10.0.2.2 TCP 42184 > 9000 S. seq=4294967280 ack=77 win=64240 <mss 1460,sackOK,TS val 1 ecr 2,nop,wscale 7,sack 2 {1:2}{3:4}> len=5")
+    }
+
+    @Test func corruptedTCPChecksumIsShown() {
+        let t = TCPHeader(sourcePort: 1, destinationPort: 2, sequenceNumber: 3, flags: [.rst], window: 0)
+        var segment = t.emit(source: a, destination: b, payload: [])
+        segment[16] ^= 0xFF
+        let ip = IPv4Header(protocol: IPProtocol.tcp, source: a, destination: b, payloadLength: segment.count)
+        #expect(IPPacketPrinter.describe(ip.emit() + segment).text.hasSuffix("bad-cksum"))
+    }
+
+    @Test func udpAndICMPRoundTrips() throws {
+        let payload: [UInt8] = [1, 2, 3]
+        let udp = UDPHeader(sourcePort: 53, destinationPort: 3333, payloadLength: payload.count)
+        let datagram = udp.emit(source: a, destination: b, payload: payload) + payload
+        let parsedUDP = try datagram.withUnsafeBytes { try UDPHeader(parsing: $0) }
+        #expect(parsedUDP.length == 11 && parsedUDP.destinationPort == 3333)
+        let ip = IPv4Header(protocol: IPProtocol.udp, source: a, destination: b, payloadLength: datagram.count)
+        #expect(datagram.withUnsafeBytes { IPPacketPrinter.transportChecksumValid(ip, $0) })
+        let icmp = ICMPHeader(type: ICMPHeader.echoRequest, code: 0, restOfHeader: 0x04D2_10E1)
+        let message = icmp.emit(payload: payload) + payload
+        #expect(InternetChecksum.checksum(message) == 0)
+        let parsedICMP = try message.withUnsafeBytes { try ICMPHeader(parsing: $0) }
+        #expect(parsedICMP.identifier == 0x04D2 && parsedICMP.sequence == 4321)
+    }
+
+    @Test func vjCompressedHeaderReadsDeltas() throws {
+        // Change mask C|P|A|S with connection 3, checksum 0x1234, ack delta 1460 (0 05 b4), seq delta 1.
+        let bytes: [UInt8] = [0x5C, 3, 0x12, 0x34, 0x00, 0x05, 0xB4, 0x01, 0xAA, 0xBB]
+        let h = try bytes.withUnsafeBytes { try VJCompressedHeader(parsing: $0) }
+        #expect(h.connection == 3 && h.tcpChecksum == 0x1234 && h.ackDelta == 1460 && h.sequenceDelta == 1 && h.headerLength == 8)
+        #expect(h.summary == "conn=3 P A=+1460 S=+1")
+        #expect(throws: PacketError.self) { try [UInt8]([0x48, 1, 2]).withUnsafeBytes { try VJCompressedHeader(parsing: $0) } }
+        #expect(throws: PacketError.self) { try [UInt8]([0x80, 0, 0]).withUnsafeBytes { try VJCompressedHeader(parsing: $0) } }
+    }
+}
