@@ -8,6 +8,10 @@ let package = Package(
         .library(name: "PPPBridge", targets: ["Framing", "PPP", "NetStack", "Capture", "Crypto"]),
         .executable(name: "pppbridge", targets: ["pppbridge"]),
         .executable(name: "pppbridge-bench", targets: ["PPPBridgeBench"]),
+        // libFuzzer targets (Tools/fuzz.sh builds them with -sanitize=fuzzer,address); built
+        // plainly they replay the files they are given.
+        .executable(name: "pppbridge-fuzz-stream", targets: ["FuzzStreamDecoder"]),
+        .executable(name: "pppbridge-fuzz-packets", targets: ["FuzzPacketParsers"]),
     ],
     targets: [
         // System libraries from Debian (libpcap-dev, libssl-dev).
@@ -37,6 +41,13 @@ let package = Package(
             name: "PPPBridgeBench",
             dependencies: ["Framing", "CFramingBaseline"],
             path: "Tools/Bench"
+        ),
+
+        .executableTarget(name: "FuzzStreamDecoder", dependencies: ["Framing"], path: "Tools/Fuzz/StreamDecoder"),
+        .executableTarget(
+            name: "FuzzPacketParsers",
+            dependencies: ["Framing", "PPP", "NetStack", "Capture"],
+            path: "Tools/Fuzz/PacketParsers"
         ),
 
         .testTarget(name: "FramingTests", dependencies: ["Framing"]),

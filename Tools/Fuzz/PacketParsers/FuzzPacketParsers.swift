@@ -1,0 +1,77 @@
+// libFuzzer target: the packet parsers `pppbridge decode` uses.
+//
+// The first byte picks what the rest is: a PPP packet (header included) for the frame printer,
+// a control packet with its options, an IPv4 packet, or a capture record of one of the link
+// types for the tunnel decoder. Nothing may trap; parsed values must emit what was parsed.
+import Capture
+import Framing
+import NetStack
+import PPP
+#if !FUZZING
+import Foundation
+#endif
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzPacketParsers(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    guard let data, size >= 1 else { return 0 }
+    let input = UnsafeBufferPointer(start: data, count: size)
+    let body = Array(input[1...])
+    switch input[0] % 4 {
+    case 0:
+        if let frame = PPPFrame(packet: body) {
+            _ = FramePrinter.describe(frame, showPassword: true)
+            precondition(PPPFrame(packet: frame.packet) == frame, "a PPP header did not round-trip")
+        }
+    case 1:
+        if let packet = try? ControlPacket(parsing: body) {
+            precondition(try! ControlPacket(parsing: packet.emit()) == packet)
+            if let options = try? ConfigurationOption.parseList(packet.data) {
+                precondition(ConfigurationOption.emitList(options) == packet.data, "options did not round-trip")
+                for o in options {
+                    precondition(LCPOption(o).option == o && IPCPOption(o).option == o, "an option did not round-trip")
+                }
+            }
+            for proto: UInt16 in [0xC021, 0x8021, 0x80FD, 0x8057, 0xC023, 0xC223] {
+                _ = ControlProtocolPrinter.describe(protocol: proto, information: body, showPassword: true)
+            }
+        }
+    case 2:
+        _ = IPPacketPrinter.describe(body)
+        _ = body.withUnsafeBytes { try? VJCompressedHeader(parsing: $0) }
+    default:
+        for linkType in LinkType.allCases {
+            for carried in Encapsulation.contents(linkType: linkType.rawValue, record: body).frames {
+                _ = FramePrinter.describe(carried.frame)
+            }
+        }
+    }
+    return 0
+}
+
+#if FUZZING
+/// libFuzzer's driver (LLVM ≥ 11), called from the entry point SwiftPM links executables with.
+@_silgen_name("LLVMFuzzerRunDriver")
+func LLVMFuzzerRunDriver(
+    _ argc: UnsafeMutablePointer<CInt>,
+    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
+    _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
+) -> CInt
+
+@_cdecl("FuzzPacketParsers_main")
+func fuzzerMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+    var count = argc
+    var arguments = argv
+    return LLVMFuzzerRunDriver(&count, &arguments, fuzzPacketParsers)
+}
+#else
+/// Without libFuzzer: replays the files named on the command line (crash reproducers, seeds).
+@main struct Replay {
+    static func main() {
+        for path in CommandLine.arguments.dropFirst() {
+            let bytes = [UInt8](FileManager.default.contents(atPath: path) ?? Data())
+            _ = bytes.withUnsafeBufferPointer { fuzzPacketParsers($0.baseAddress, $0.count) }
+            print("ok \(path)")
+        }
+    }
+}
+#endif

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""Writes fuzzing seeds from the shared traces.
+
+stream:  4 setting bytes (FCS-16, ACCM 0 and 0xFFFFFFFF, MRU 1560, a chunk stride) followed by
+         the raw async bytes of each direction of each pppd record file.
+packets: each capture record's bytes, once for each of the target's four parsers.
+Only seeds are made here; the project's readers (libpcap, the record reader) are what is fuzzed.
+"""
+import os
+import struct
+import sys
+
+
+def record_streams(data):
+    """The sent and received byte streams of a pppd record file."""
+    streams = {1: bytearray(), 2: bytearray()}
+    i = 0
+    while i < len(data):
+        tag = data[i]
+        if tag == 7 or tag == 5:
+            i += 5
+        elif tag == 6:
+            i += 2
+        elif tag in (3, 4):
+            i += 1
+        elif tag in (1, 2):
+            n = struct.unpack(">H", data[i + 1:i + 3])[0]
+            streams[tag] += data[i + 3:i + 3 + n]
+            i += 3 + n
+        else:
+            break
+    return streams.values()
+
+
+def pcap_records(data):
+    """Record payloads of a classic pcap file (seed material only)."""
+    if len(data) < 24:
+        return
+    magic = data[:4]
+    endian = "<" if magic in (b"\xd4\xc3\xb2\xa1", b"\x4d\x3c\xb2\xa1") else ">"
+    i = 24
+    while i + 16 <= len(data):
+        caplen = struct.unpack(endian + "I", data[i + 8:i + 12])[0]
+        yield data[i + 16:i + 16 + caplen]
+        i += 16 + caplen
+
+
+def main():
+    target, traces, out = sys.argv[1:4]
+    count = 0
+    for name in sorted(os.listdir(traces)):
+        path = os.path.join(traces, name)
+        data = open(path, "rb").read()
+        if target == "stream" and name.endswith(".pppd"):
+            for k, stream in enumerate(record_streams(data)):
+                for settings in (b"\x00\x00\xbb\x10", b"\x00\xff\xbb\x07"):
+                    # Long streams are cut into pieces so each seed runs fast.
+                    for start in range(0, len(stream), 512):
+                        open(os.path.join(out, f"{name}-{k}-{settings.hex()}-{start}"), "wb").write(settings + stream[start:start + 512])
+                        count += 1
+        elif target == "packets" and name.endswith(".pcap"):
+            for n, record in enumerate(pcap_records(data)):
+                for selector in range(4):
+                    open(os.path.join(out, f"{name}-{n}-{selector}"), "wb").write(bytes([selector]) + record[:2048])
+                    count += 1
+    if count == 0:
+        sys.exit(f"no seeds written from {traces}")
+
+
+if __name__ == "__main__":
+    main()
