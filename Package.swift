@@ -20,7 +20,7 @@ let package = Package(
 
         // Sans-IO protocol cores.
         .target(name: "Framing"),
-        .target(name: "PPP", dependencies: ["Framing", "NetStack"]),
+        .target(name: "PPP", dependencies: ["Framing", "NetStack", "Crypto"]),
         .target(name: "NetStack"),
 
         // Captures in and out (libpcap, pppd record files) and their one-line descriptions.

@@ -1,3 +1,5 @@
+import Framing
+
 /// pppd's `record` file: the raw bytes of an async line with directions and time stamps, the
 /// format `pppdump` reads (pppd/main.c, pppdump/pppdump.c):
 ///   0x07 + 4-byte start time (Unix seconds, big-endian)

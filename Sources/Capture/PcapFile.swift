@@ -1,4 +1,5 @@
 import CPcap
+import Framing
 import Glibc
 
 /// Link-layer header types (tcpdump.org "LINKTYPE_" values) that carry PPP.

@@ -1,3 +1,9 @@
+/// Which way a frame went, seen from the side that sent or captured it.
+public enum Direction: String, Sendable, Equatable {
+    case sent
+    case received = "rcvd"
+}
+
 /// A PPP frame as it leaves the framing layer: the protocol number and the information field,
 /// with how its header was sent (RFC 1661 §6.5 ACFC and §6.6 PFC), so that the exact packet
 /// can be rebuilt.

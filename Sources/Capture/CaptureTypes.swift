@@ -1,8 +1,4 @@
-/// Which way a frame went, seen from the side that captured it.
-public enum Direction: String, Sendable, Equatable {
-    case sent
-    case received = "rcvd"
-}
+import Framing
 
 /// A point in time as captures carry it: seconds and microseconds since the Unix epoch.
 public struct CaptureTime: Sendable, Equatable, Comparable {

@@ -1,0 +1,203 @@
+import Crypto
+import NetStack
+
+/// A name and secret (pppd's `user` and `password`, or a line of pap-secrets/chap-secrets).
+public struct Credentials: Sendable, Equatable {
+    public var name: String
+    public var secret: String
+    public init(name: String, secret: String) {
+        self.name = name
+        self.secret = secret
+    }
+}
+
+public struct AuthenticationConfiguration: Sendable, Equatable {
+    /// What we authenticate ourselves with when the peer asks.
+    public var local: Credentials?
+    /// Whom we accept when we require the peer to authenticate.
+    public var peers: [Credentials] = []
+    /// Our name in CHAP Challenges (pppd's `name`).
+    public var localName = "pppbridge"
+    /// Retransmission of Authenticate-Requests and Challenges (pppd's pap/chap-restart).
+    public var restartInterval: Duration = .seconds(3)
+    public var maxTransmissions = 10
+    /// How long we wait for the peer to authenticate (pppd's pap-timeout).
+    public var peerTimeout: Duration = .seconds(30)
+
+    public init() {}
+}
+
+/// PAP (RFC 1334) and CHAP-MD5 (RFC 1994) in both directions for the Authenticate phase.
+public struct Authenticator: Sendable {
+    public enum Outcome: Sendable, Equatable {
+        case succeeded(peerName: String?)
+        case failed(String)
+    }
+
+    public let configuration: AuthenticationConfiguration
+    /// We authenticate ourselves with this protocol.
+    public let local: AuthenticationProtocol?
+    /// The peer authenticates with this protocol.
+    public let peer: AuthenticationProtocol?
+    public private(set) var outcome: Outcome?
+    private var random: LinkRandom
+    private var localDone = false
+    private var peerName: String?
+    private var peerDone = false
+    private var identifier: UInt8 = 0
+    private var transmissions = 0
+    private var retransmitAt: Instant?
+    private var peerDeadline: Instant?
+    private var challenge: [UInt8] = []
+    private var outputs: [(UInt16, ControlPacket)] = []
+
+    public init(configuration: AuthenticationConfiguration, local: AuthenticationProtocol?, peer: AuthenticationProtocol?, random: LinkRandom) {
+        self.configuration = configuration
+        self.local = local
+        self.peer = peer
+        self.random = random
+        localDone = local == nil
+        peerDone = peer == nil
+    }
+
+    public var deadline: Instant? { earliest(retransmitAt, peerDeadline) }
+
+    public mutating func takeOutputs() -> [(UInt16, ControlPacket)] {
+        defer { outputs = [] }
+        return outputs
+    }
+
+    public mutating func start(now: Instant) {
+        if peer != nil { peerDeadline = now + configuration.peerTimeout }
+        if local == .pap { sendPAPRequest(now: now) }
+        if peer == .chapMD5 {
+            challenge = random.bytes(16)
+            sendChallenge(now: now)
+        }
+        finishIfDone()
+    }
+
+    public mutating func timerExpired(now: Instant) {
+        guard outcome == nil else { return }
+        if let d = peerDeadline, now >= d {
+            fail("peer did not authenticate within \(configuration.peerTimeout)")
+            return
+        }
+        if let r = retransmitAt, now >= r {
+            retransmitAt = nil
+            guard transmissions < configuration.maxTransmissions else {
+                fail(local == .pap && !localDone ? "no answer to PAP Authenticate-Request" : "no answer to CHAP Challenge")
+                return
+            }
+            if local == .pap && !localDone { sendPAPRequest(now: now) } else if peer == .chapMD5 && !peerDone { sendChallenge(now: now) }
+        }
+    }
+
+    /// A PAP or CHAP packet from the peer.
+    public mutating func receive(protocol proto: UInt16, _ packet: ControlPacket, now: Instant) {
+        switch proto {
+        case ProtocolNumber.pap:
+            guard let pap = try? PAPPacket(packet) else { return }
+            receivePAP(pap)
+        case ProtocolNumber.chap:
+            guard let chap = try? CHAPPacket(packet) else { return }
+            receiveCHAP(chap)
+        default: return
+        }
+        finishIfDone()
+    }
+
+    private mutating func receivePAP(_ pap: PAPPacket) {
+        switch pap {
+        case let .authenticateRequest(id, peerID, password):
+            guard peer == .pap else { return }
+            let name = String(decoding: peerID, as: UTF8.self)
+            let ok = configuration.peers.contains {
+                $0.name == name && Digest.constantTimeEqual(Array($0.secret.utf8), password)
+            }
+            // RFC 1334 §2.2.1: a repeated request after success is acknowledged again.
+            outputs.append((ProtocolNumber.pap, (ok ? PAPPacket.authenticateAck(identifier: id, message: Array("Login ok".utf8))
+                                                   : .authenticateNak(identifier: id, message: Array("Login incorrect".utf8))).packet))
+            if ok {
+                peerDone = true
+                peerName = name
+                peerDeadline = nil
+            } else if outcome == nil {
+                fail("peer \"\(name)\" failed PAP authentication")
+            }
+        case let .authenticateAck(id, _):
+            guard local == .pap, !localDone, id == identifier else { return }
+            localDone = true
+            retransmitAt = nil
+        case let .authenticateNak(id, message):
+            guard local == .pap, !localDone, id == identifier else { return }
+            fail("PAP authentication refused by the peer" + (message.isEmpty ? "" : ": \(String(decoding: message, as: UTF8.self))"))
+        }
+    }
+
+    private mutating func receiveCHAP(_ chap: CHAPPacket) {
+        switch chap {
+        case let .challenge(id, value, _):
+            guard local == .chapMD5, let credentials = configuration.local else { return }
+            // RFC 1994 §4.1: MD5 over identifier, secret and challenge.
+            let response = Digest.md5([id], Array(credentials.secret.utf8), value)
+            outputs.append((ProtocolNumber.chap, CHAPPacket.response(identifier: id, value: response, name: Array(credentials.name.utf8)).packet))
+        case let .response(id, value, nameBytes):
+            guard peer == .chapMD5, id == identifier, !challenge.isEmpty else { return }
+            let name = String(decoding: nameBytes, as: UTF8.self)
+            let ok = configuration.peers.contains {
+                $0.name == name && Digest.constantTimeEqual(Digest.md5([id], Array($0.secret.utf8), challenge), value)
+            }
+            outputs.append((ProtocolNumber.chap, (ok ? CHAPPacket.success(identifier: id, message: Array("Access granted".utf8))
+                                                     : .failure(identifier: id, message: Array("Access denied".utf8))).packet))
+            if ok {
+                peerDone = true
+                peerName = name
+                retransmitAt = nil
+                peerDeadline = nil
+            } else if outcome == nil {
+                fail("peer \"\(name)\" failed CHAP authentication")
+            }
+        case .success:
+            guard local == .chapMD5 else { return }
+            localDone = true
+        case let .failure(_, message):
+            guard local == .chapMD5, !localDone else { return }
+            fail("CHAP authentication refused by the peer" + (message.isEmpty ? "" : ": \(String(decoding: message, as: UTF8.self))"))
+        }
+    }
+
+    private mutating func sendPAPRequest(now: Instant) {
+        guard let credentials = configuration.local else {
+            fail("the peer requires PAP and no credentials are configured")
+            return
+        }
+        identifier &+= 1
+        transmissions += 1
+        outputs.append((ProtocolNumber.pap, PAPPacket.authenticateRequest(identifier: identifier, peerID: Array(credentials.name.utf8),
+                                                                         password: Array(credentials.secret.utf8)).packet))
+        retransmitAt = now + configuration.restartInterval
+    }
+
+    private mutating func sendChallenge(now: Instant) {
+        identifier &+= 1
+        transmissions += 1
+        outputs.append((ProtocolNumber.chap, CHAPPacket.challenge(identifier: identifier, value: challenge,
+                                                                  name: Array(configuration.localName.utf8)).packet))
+        retransmitAt = now + configuration.restartInterval
+    }
+
+    private mutating func fail(_ reason: String) {
+        outcome = .failed(reason)
+        retransmitAt = nil
+        peerDeadline = nil
+    }
+
+    private mutating func finishIfDone() {
+        if outcome == nil && localDone && peerDone {
+            outcome = .succeeded(peerName: peerName)
+            retransmitAt = nil
+            peerDeadline = nil
+        }
+    }
+}

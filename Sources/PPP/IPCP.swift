@@ -1,0 +1,142 @@
+import NetStack
+
+/// IPCP settings (RFC 1332, RFC 1877), pppd's names in the comments.
+public struct IPCPConfiguration: Sendable, Equatable {
+    /// Our address; nil asks the peer to assign one (`noipdefault`).
+    public var localAddress: IPv4Address?
+    /// The address the peer gets; nil accepts whatever it proposes.
+    public var peerAddress: IPv4Address?
+    /// Take an address the peer Naks us with instead of ours (`ipcp-accept-local`).
+    public var acceptLocal = false
+    /// Let the peer keep an address it proposes instead of `peerAddress` (`ipcp-accept-remote`).
+    public var acceptRemote = false
+    /// DNS servers given to a peer that asks (`ms-dns`, at most two).
+    public var dnsServers: [IPv4Address] = []
+    /// Ask the peer for DNS servers (`usepeerdns`).
+    public var requestDNS = false
+    /// Reported to the channel's users as the submask; a point-to-point link is /32.
+    public var netmask = IPv4Address(255, 255, 255, 255)
+
+    public init() {}
+}
+
+/// What IPCP settled.
+public struct IPCPResult: Sendable, Equatable {
+    public var localAddress: IPv4Address
+    public var peerAddress: IPv4Address
+    public var dnsServers: [IPv4Address]
+    public var netmask: IPv4Address
+}
+
+/// IPCP's option policy for the shared automaton. VJ header compression is refused until the
+/// TCP/IP stack implements it.
+public struct IPCPPolicy: NegotiationPolicy {
+    public var configuration: IPCPConfiguration
+    /// Why IPCP cannot succeed (no address for us); the link closes with this reason.
+    public private(set) var failure: String?
+
+    private var local: IPv4Address?
+    private var askAddress = true
+    private var dns: [IPv4Address?] = []
+    private var acceptedPeerAddress: IPv4Address?
+    private var acknowledgedLocal: IPv4Address?
+    private var acknowledgedDNS: [IPv4Address] = []
+
+    public init(configuration: IPCPConfiguration) {
+        self.configuration = configuration
+        resetNegotiation()
+    }
+
+    public var result: IPCPResult {
+        let local = acknowledgedLocal ?? configuration.localAddress ?? .any
+        let peer = acceptedPeerAddress ?? configuration.peerAddress ?? .any
+        // The terminal learns DNS from the host; the host hands out its own.
+        let dns = configuration.requestDNS ? acknowledgedDNS : configuration.dnsServers
+        return IPCPResult(localAddress: local, peerAddress: peer, dnsServers: dns, netmask: configuration.netmask)
+    }
+
+    public func handlesExtendedCode(_ code: UInt8) -> Bool { false }
+
+    public mutating func resetNegotiation() {
+        local = configuration.localAddress
+        askAddress = true
+        dns = configuration.requestDNS ? [.any, .any] : []
+        failure = nil
+    }
+
+    public func requestOptions() -> [ConfigurationOption] {
+        var o: [IPCPOption] = []
+        if askAddress { o.append(.ipAddress(local ?? .any)) }
+        if dns.count > 0, let primary = dns[0] { o.append(.primaryDNS(primary)) }
+        if dns.count > 1, let secondary = dns[1] { o.append(.secondaryDNS(secondary)) }
+        return o.map(\.option)
+    }
+
+    public mutating func judge(_ options: [ConfigurationOption], mayNak: Bool) -> RequestVerdict {
+        var naks: [ConfigurationOption] = []
+        var rejects: [ConfigurationOption] = []
+        var peerAddress: IPv4Address?
+        func nak(_ o: IPCPOption, else raw: ConfigurationOption) {
+            if mayNak { naks.append(o.option) } else { rejects.append(raw) }
+        }
+        for raw in options {
+            switch IPCPOption(raw) {
+            case let .ipAddress(a):
+                if let assigned = configuration.peerAddress {
+                    if a == assigned || (a != .any && configuration.acceptRemote) {
+                        peerAddress = a
+                    } else {
+                        nak(.ipAddress(assigned), else: raw)
+                    }
+                } else if a == .any {
+                    // RFC 1332 §3.3: we have nothing to give; pppd rejects too.
+                    rejects.append(raw)
+                } else {
+                    peerAddress = a
+                }
+            case let .primaryDNS(a), let .secondaryDNS(a):
+                let index = raw.type == IPCPOption.Kind.primaryDNS ? 0 : 1
+                guard index < configuration.dnsServers.count else {
+                    rejects.append(raw)
+                    continue
+                }
+                let ours = configuration.dnsServers[index]
+                if a != ours { nak(index == 0 ? .primaryDNS(ours) : .secondaryDNS(ours), else: raw) }
+            default:
+                // IP-Addresses (deprecated), VJ compression (not yet), NBNS, unknown.
+                rejects.append(raw)
+            }
+        }
+        if !rejects.isEmpty { return .reject(rejects) }
+        if !naks.isEmpty { return .nak(naks) }
+        acceptedPeerAddress = peerAddress
+        return .ack
+    }
+
+    public mutating func acknowledged(_ options: [ConfigurationOption]) {
+        acknowledgedLocal = askAddress ? local : configuration.localAddress
+        acknowledgedDNS = dns.compactMap { $0 }.filter { $0 != .any }
+        if (acknowledgedLocal ?? .any) == .any { failure = "could not determine the local IP address" }
+    }
+
+    public mutating func peerRefused(_ options: [ConfigurationOption], rejected: Bool) -> Bool {
+        for raw in options {
+            switch IPCPOption(raw) {
+            case let .ipAddress(a):
+                if rejected {
+                    askAddress = false
+                    if local == nil { failure = "peer refused to assign an IP address" }
+                } else if local == nil || configuration.acceptLocal {
+                    local = a
+                }
+            case let .primaryDNS(a):
+                if dns.count > 0 { dns[0] = rejected ? nil : a }
+            case let .secondaryDNS(a):
+                if dns.count > 1 { dns[1] = rejected ? nil : a }
+            default:
+                if rejected { return false }
+            }
+        }
+        return true
+    }
+}

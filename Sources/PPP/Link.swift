@@ -1,0 +1,502 @@
+import Framing
+import NetStack
+
+/// The phases of RFC 1661 §3.2 as pppd names them.
+public enum LinkPhase: String, Sendable, Equatable {
+    case dead, establish, authenticate, network, open = "running", terminate
+}
+
+/// Why the link went down.
+public enum LinkDownReason: Sendable, Equatable, CustomStringConvertible {
+    case closedByUs
+    case peerTerminated(String)
+    /// Configure-Requests went unanswered or negotiation did not converge.
+    case negotiationFailed(String)
+    case echoTimeout(missed: Int)
+    case loopback
+    case authenticationFailed(String)
+    case networkFailed(String)
+    case lineHangUp
+
+    public var description: String {
+        switch self {
+        case .closedByUs: return "closed by us"
+        case let .peerTerminated(m): return "peer terminated the link" + (m.isEmpty ? "" : " (\"\(m)\")")
+        case let .negotiationFailed(m): return "negotiation failed: \(m)"
+        case let .echoTimeout(n): return "no response to \(n) echo-requests"
+        case .loopback: return "serial line is looped back"
+        case let .authenticationFailed(m): return "authentication failed: \(m)"
+        case let .networkFailed(m): return "IPCP failed: \(m)"
+        case .lineHangUp: return "line hang-up"
+        }
+    }
+}
+
+/// What the link tells its owner.
+public enum LinkEvent: Sendable, Equatable {
+    case phase(LinkPhase)
+    case lcpOpened(LCPResult)
+    case authenticated(peerName: String?)
+    case ipcpOpened(IPCPResult)
+    case ipcpClosed
+    /// An Echo-Request went unanswered; `missed` in a row so far.
+    case echoMissed(Int)
+    case down(LinkDownReason)
+    /// pppd-style debug lines: `sent [LCP ConfReq id=0x1 ...]`.
+    case debug(String)
+}
+
+/// LCP keep-alive (pppd's `lcp-echo-interval`, `lcp-echo-failure`, `lcp-echo-adaptive`).
+public struct EchoConfiguration: Sendable, Equatable {
+    /// Zero turns echoes off.
+    public var interval: Duration = .zero
+    /// Unanswered requests in a row that bring the link down; zero never does.
+    public var failureLimit = 0
+    /// Only probe when nothing has been received for an interval.
+    public var adaptive = false
+    public init() {}
+}
+
+public struct LinkConfiguration: Sendable, Equatable {
+    public var lcp = LCPConfiguration()
+    public var ipcp = IPCPConfiguration()
+    public var authentication = AuthenticationConfiguration()
+    public var echo = EchoConfiguration()
+    public var negotiation = NegotiationConfiguration()
+    /// Extra byte values we always escape (pppd's `escape`).
+    public var extraEscapes: [UInt8] = []
+    /// Produce `.debug` events for control packets.
+    public var debug = false
+    /// Keep every frame sent and received for `takeCapturedFrames` (for pcap output).
+    public var captureFrames = false
+
+    public init() {}
+
+    /// The ICPPP host role: we assign the terminal its address and take ours.
+    public static func host(local: IPv4Address, terminal: IPv4Address, dns: [IPv4Address] = []) -> LinkConfiguration {
+        var c = LinkConfiguration()
+        c.ipcp.localAddress = local
+        c.ipcp.peerAddress = terminal
+        c.ipcp.dnsServers = Array(dns.prefix(2))
+        return c
+    }
+
+    /// The terminal role: we accept the addresses we are given and ask for DNS.
+    public static func terminal() -> LinkConfiguration {
+        var c = LinkConfiguration()
+        c.ipcp.acceptLocal = true
+        c.ipcp.acceptRemote = true
+        c.ipcp.requestDNS = true
+        return c
+    }
+}
+
+/// A whole PPP link, sans-IO: line bytes and `now` in; line bytes, IP packets, events and the
+/// next deadline out. It runs LCP, authentication and IPCP over our RFC 1662 framer and applies
+/// what LCP negotiates to the framer when LCP opens (RFC 1662 §7.1).
+public struct PPPLink: Sendable {
+    public let configuration: LinkConfiguration
+    public private(set) var phase: LinkPhase = .dead
+    public private(set) var lcp: OptionNegotiator<LCPPolicy>
+    public private(set) var ipcp: OptionNegotiator<IPCPPolicy>
+    public private(set) var authenticator: Authenticator?
+    public private(set) var encoder: HDLCEncoder
+    public private(set) var decoder: HDLCDecoder
+    /// Set once the link has gone down; a new link starts a new PPPLink.
+    public private(set) var downReason: LinkDownReason?
+    /// Frames received for protocols we do not run (answered with Protocol-Reject).
+    public private(set) var unknownProtocolFrames = 0
+
+    private var random: LinkRandom
+    private var transmit: [UInt8] = []
+    private var events: [LinkEvent] = []
+    private var receivedIP: [[UInt8]] = []
+    private var captured: [(Direction, PPPFrame)] = []
+    private var pendingDown: LinkDownReason?
+    private var lcpIdentifier: UInt8 = 0x80
+    private var nextEcho: Instant?
+    private var echoesOutstanding = 0
+    private var lastReceive: Instant = .zero
+
+    public init(configuration: LinkConfiguration, seed: UInt64) {
+        self.configuration = configuration
+        random = LinkRandom(seed: seed)
+        lcp = OptionNegotiator(protocolNumber: ProtocolNumber.lcp,
+                               policy: LCPPolicy(configuration: configuration.lcp, random: LinkRandom(seed: seed &+ 1)),
+                               configuration: configuration.negotiation)
+        ipcp = OptionNegotiator(protocolNumber: ProtocolNumber.ipcp, policy: IPCPPolicy(configuration: configuration.ipcp),
+                                configuration: configuration.negotiation)
+        encoder = HDLCEncoder(fcs: .fcs16, escapes: EscapeSet(accm: 0xFFFF_FFFF, extra: configuration.extraEscapes))
+        decoder = HDLCDecoder(fcs: .fcs16, mru: 1500, receiveACCM: 0xFFFF_FFFF)
+    }
+
+    // MARK: Owner's interface
+
+    /// The line is up: start negotiating (RFC 1661 Up and Open events for LCP).
+    public mutating func open(now: Instant) {
+        lastReceive = now
+        setPhase(.establish)
+        lcp.open(now: now)
+        lcp.up(now: now)
+        process(now: now)
+    }
+
+    /// Close the link with LCP Terminate-Request (pppd's "User request").
+    public mutating func close(now: Instant, reason: String = "User request") {
+        guard downReason == nil else { return }
+        pendingDown = .closedByUs
+        if lcp.state == .opened || [.requestSent, .ackReceived, .ackSent].contains(lcp.state) {
+            ipcp.close(now: now)
+            setPhase(.terminate)
+        }
+        lcp.close(now: now, reason: reason)
+        process(now: now)
+    }
+
+    /// The line itself went away (hang-up, device error).
+    public mutating func lineDown(now: Instant) {
+        guard downReason == nil else { return }
+        pendingDown = pendingDown ?? .lineHangUp
+        ipcp.down(now: now)
+        lcp.down(now: now)
+        process(now: now)
+        finish(pendingDown ?? .lineHangUp)
+    }
+
+    /// Bytes read from the line.
+    public mutating func receive(_ bytes: UnsafeRawBufferPointer, now: Instant) {
+        var frames: [PPPFrame] = []
+        decoder.decode(bytes) { frames.append($0.frame) }
+        if !frames.isEmpty { lastReceive = now }
+        for f in frames { handle(f, now: now) }
+        process(now: now)
+    }
+
+    public mutating func receive(_ bytes: [UInt8], now: Instant) {
+        bytes.withUnsafeBytes { receive($0, now: now) }
+    }
+
+    /// Sends an IPv4 packet; false when IPCP is not open or the packet exceeds the peer's MRU.
+    @discardableResult
+    public mutating func send(ipPacket: [UInt8], now: Instant) -> Bool {
+        guard ipcp.state == .opened, ipPacket.count <= lcp.policy.result.transmitMRU else { return false }
+        sendFrame(ProtocolNumber.ipv4, ipPacket)
+        return true
+    }
+
+    /// When `poll(now:)` must next be called.
+    public var pollAt: Instant? {
+        guard downReason == nil else { return nil }
+        return earliest(lcp.deadline, ipcp.deadline, authenticator?.deadline, nextEcho)
+    }
+
+    /// Runs the timers that are due.
+    public mutating func poll(now: Instant) {
+        guard downReason == nil else { return }
+        lcp.timerExpired(now: now)
+        ipcp.timerExpired(now: now)
+        authenticator?.timerExpired(now: now)
+        if let e = nextEcho, now >= e { echoTimer(now: now) }
+        process(now: now)
+    }
+
+    public mutating func takeTransmit() -> [UInt8] {
+        defer { transmit = [] }
+        return transmit
+    }
+
+    public mutating func takeEvents() -> [LinkEvent] {
+        defer { events = [] }
+        return events
+    }
+
+    public mutating func takeReceivedIPPackets() -> [[UInt8]] {
+        defer { receivedIP = [] }
+        return receivedIP
+    }
+
+    public mutating func takeCapturedFrames() -> [(Direction, PPPFrame)] {
+        defer { captured = [] }
+        return captured
+    }
+
+    // MARK: Frames in
+
+    private mutating func handle(_ frame: PPPFrame, now: Instant) {
+        if configuration.captureFrames { captured.append((.received, frame)) }
+        let proto = frame.protocol
+        if ProtocolNumber.isControl(proto), configuration.debug,
+           let text = ControlProtocolPrinter.describe(protocol: proto, information: frame.information) {
+            events.append(.debug("rcvd [\(text.text)]"))
+        }
+        switch proto {
+        case ProtocolNumber.lcp:
+            guard let packet = try? ControlPacket(parsing: frame.information) else { return }
+            lcp.receive(packet, now: now)
+        case ProtocolNumber.pap, ProtocolNumber.chap:
+            // RFC 1661 §3.5: only in the Authenticate phase (and answering repeats after it).
+            guard let packet = try? ControlPacket(parsing: frame.information) else { return }
+            authenticator?.receive(protocol: proto, packet, now: now)
+        case ProtocolNumber.ipcp:
+            guard phase == .network || phase == .open, let packet = try? ControlPacket(parsing: frame.information) else { return }
+            ipcp.receive(packet, now: now)
+        case ProtocolNumber.ipv4:
+            if ipcp.state == .opened { receivedIP.append(frame.information) }
+        default:
+            // RFC 1661 §5.7: unknown protocols get a Protocol-Reject once LCP is open.
+            guard lcp.state == .opened else { return }
+            unknownProtocolFrames += 1
+            lcpIdentifier &+= 1
+            let room = max(0, lcp.policy.result.transmitMRU - 6)
+            let data = [UInt8(proto >> 8), UInt8(proto & 0xFF)] + frame.information.prefix(room)
+            sendControl(ProtocolNumber.lcp, ControlPacket(code: ControlCode.protocolReject, identifier: lcpIdentifier, data: data))
+        }
+    }
+
+    // MARK: Driving the layers
+
+    /// Acts on what the automata and the authenticator produced, until nothing new happens.
+    private mutating func process(now: Instant) {
+        var progress = true
+        while progress && downReason == nil {
+            progress = false
+            for output in lcp.takeOutputs() {
+                progress = true
+                lcpOutput(output, now: now)
+            }
+            for output in ipcp.takeOutputs() {
+                progress = true
+                ipcpOutput(output, now: now)
+            }
+            if var auth = authenticator {
+                for (proto, packet) in auth.takeOutputs() {
+                    progress = true
+                    sendControl(proto, packet)
+                }
+                authenticator = auth
+                if phase == .authenticate, let outcome = auth.outcome {
+                    progress = true
+                    switch outcome {
+                    case let .succeeded(name):
+                        events.append(.authenticated(peerName: name))
+                        startNetwork(now: now)
+                    case let .failed(reason):
+                        closeFor(.authenticationFailed(reason), now: now)
+                    }
+                }
+            }
+            if let failure = lcp.policy.failure, phase == .establish, pendingDown == nil {
+                progress = true
+                closeFor(.negotiationFailed(failure), now: now)
+            }
+            if lcp.policy.loopbackDetected, pendingDown == nil {
+                progress = true
+                closeFor(.loopback, now: now)
+            }
+        }
+    }
+
+    private mutating func lcpOutput(_ output: NegotiationOutput, now: Instant) {
+        switch output {
+        case let .send(packet):
+            sendControl(ProtocolNumber.lcp, packet)
+        case .layerUp:
+            let r = lcp.policy.result
+            applyNegotiated(r)
+            events.append(.lcpOpened(r))
+            startEcho(now: now)
+            if r.localAuthentication != nil || r.peerAuthentication != nil {
+                setPhase(.authenticate)
+                var auth = Authenticator(configuration: configuration.authentication, local: r.localAuthentication,
+                                         peer: r.peerAuthentication, random: LinkRandom(seed: random.next()))
+                auth.start(now: now)
+                authenticator = auth
+            } else {
+                startNetwork(now: now)
+            }
+        case .layerDown:
+            // RFC 1661: the NCPs go down with LCP; framing goes back to its defaults.
+            nextEcho = nil
+            ipcp.down(now: now)
+            applyDefaults()
+            setPhase(lcp.state == .stopping || lcp.state == .closing ? .terminate : .establish)
+        case .layerStarted:
+            break
+        case let .layerFinished(reason):
+            let down: LinkDownReason
+            switch reason {
+            case .closed: down = pendingDown ?? .closedByUs
+            case let .peerTerminated(m): down = pendingDown ?? .peerTerminated(m)
+            case .noResponse: down = pendingDown ?? .negotiationFailed("no response to LCP Configure-Requests")
+            case let .rejected(m): down = pendingDown ?? .negotiationFailed(m)
+            case .lowerLayerDown: down = pendingDown ?? .lineHangUp
+            }
+            finish(down)
+        case let .extended(packet):
+            lcpExtended(packet, now: now)
+        }
+    }
+
+    private mutating func ipcpOutput(_ output: NegotiationOutput, now: Instant) {
+        switch output {
+        case let .send(packet):
+            sendControl(ProtocolNumber.ipcp, packet)
+        case .layerUp:
+            if let failure = ipcp.policy.failure {
+                closeFor(.networkFailed(failure), now: now)
+                return
+            }
+            setPhase(.open)
+            events.append(.ipcpOpened(ipcp.policy.result))
+        case .layerDown:
+            events.append(.ipcpClosed)
+            if phase == .open { setPhase(.network) }
+        case .layerStarted:
+            break
+        case let .layerFinished(reason):
+            // With no network protocol left the link has no purpose (pppd does the same).
+            guard pendingDown == nil else { return }
+            switch reason {
+            case .noResponse: closeFor(.networkFailed("no response to IPCP Configure-Requests"), now: now)
+            case let .rejected(m): closeFor(.networkFailed(m), now: now)
+            case let .peerTerminated(m): closeFor(.networkFailed("peer closed IPCP" + (m.isEmpty ? "" : " (\"\(m)\")")), now: now)
+            case .closed, .lowerLayerDown: break
+            }
+        case .extended:
+            break
+        }
+    }
+
+    /// LCP codes 8–13 received in Opened.
+    private mutating func lcpExtended(_ packet: ControlPacket, now: Instant) {
+        switch packet.code {
+        case ControlCode.protocolReject:
+            guard packet.data.count >= 2 else { return }
+            let rejected = UInt16(packet.data[0]) << 8 | UInt16(packet.data[1])
+            if rejected == ProtocolNumber.ipcp {
+                // An NCP the peer rejects is stopped, not retried forever.
+                ipcp.protocolRejected(now: now)
+            } else if rejected == ProtocolNumber.lcp {
+                closeFor(.negotiationFailed("peer rejected LCP"), now: now)
+            }
+        case ControlCode.echoRequest:
+            // RFC 1661 §5.8: answer with our magic number and the same data.
+            let ours = lcp.policy.result.localMagic
+            let data = [UInt8(ours >> 24), UInt8((ours >> 16) & 0xFF), UInt8((ours >> 8) & 0xFF), UInt8(ours & 0xFF)] + packet.data.dropFirst(4)
+            sendControl(ProtocolNumber.lcp, ControlPacket(code: ControlCode.echoReply, identifier: packet.identifier, data: data))
+        case ControlCode.echoReply:
+            guard packet.data.count >= 4 else { return }
+            let magic = UInt32(packet.data[0]) << 24 | UInt32(packet.data[1]) << 16 | UInt32(packet.data[2]) << 8 | UInt32(packet.data[3])
+            // Our own reply coming back is not the peer answering (pppd ignores it too).
+            if magic != 0 && magic == lcp.policy.result.localMagic { return }
+            echoesOutstanding = 0
+        default:
+            // Discard-Request, Identification, Time-Remaining: read and dropped (RFC 1570).
+            break
+        }
+    }
+
+    // MARK: Phases
+
+    private mutating func startNetwork(now: Instant) {
+        setPhase(.network)
+        ipcp.open(now: now)
+        ipcp.up(now: now)
+    }
+
+    private mutating func closeFor(_ reason: LinkDownReason, now: Instant) {
+        guard pendingDown == nil, downReason == nil else { return }
+        pendingDown = reason
+        ipcp.close(now: now)
+        setPhase(.terminate)
+        let message: String
+        switch reason {
+        case .loopback: message = "Loopback detected"
+        case .authenticationFailed: message = "Authentication failed"
+        case .echoTimeout: message = "Peer not responding"
+        default: message = "Failed to negotiate"
+        }
+        lcp.close(now: now, reason: message)
+        // A Closed LCP finishes at once; otherwise layerFinished follows the Terminate exchange.
+        if lcp.state == .closed || lcp.state == .initial { finish(reason) }
+    }
+
+    private mutating func finish(_ reason: LinkDownReason) {
+        guard downReason == nil else { return }
+        downReason = reason
+        nextEcho = nil
+        setPhase(.dead)
+        events.append(.down(reason))
+    }
+
+    private mutating func setPhase(_ p: LinkPhase) {
+        guard p != phase else { return }
+        phase = p
+        events.append(.phase(p))
+    }
+
+    // MARK: Keep-alive
+
+    private mutating func startEcho(now: Instant) {
+        echoesOutstanding = 0
+        nextEcho = configuration.echo.interval > .zero ? now + configuration.echo.interval : nil
+    }
+
+    private mutating func echoTimer(now: Instant) {
+        let e = configuration.echo
+        guard lcp.state == .opened else { nextEcho = nil; return }
+        if echoesOutstanding > 0 { events.append(.echoMissed(echoesOutstanding)) }
+        if e.failureLimit > 0 && echoesOutstanding >= e.failureLimit {
+            closeFor(.echoTimeout(missed: echoesOutstanding), now: now)
+            return
+        }
+        if e.adaptive && now - lastReceive < e.interval {
+            // Traffic arrived within the interval: the peer is alive, no probe needed.
+            echoesOutstanding = 0
+        } else {
+            lcpIdentifier &+= 1
+            let ours = lcp.policy.result.localMagic
+            sendControl(ProtocolNumber.lcp, ControlPacket(code: ControlCode.echoRequest, identifier: lcpIdentifier,
+                                                          data: [UInt8(ours >> 24), UInt8((ours >> 16) & 0xFF), UInt8((ours >> 8) & 0xFF), UInt8(ours & 0xFF)]))
+            echoesOutstanding += 1
+        }
+        nextEcho = now + e.interval
+    }
+
+    // MARK: Framing
+
+    private mutating func applyNegotiated(_ r: LCPResult) {
+        encoder.escapes = EscapeSet(accm: r.transmitACCM, extra: configuration.extraEscapes)
+        encoder.compressProtocol = r.transmitProtocolCompression
+        encoder.compressAddressControl = r.transmitAddressControlCompression
+        decoder.receiveACCM = r.receiveACCM
+        // We keep accepting at least the default 1500 whatever MRU was agreed.
+        decoder.setMRU(max(r.receiveMRU, 1500))
+    }
+
+    private mutating func applyDefaults() {
+        encoder.escapes = EscapeSet(accm: 0xFFFF_FFFF, extra: configuration.extraEscapes)
+        encoder.compressProtocol = false
+        encoder.compressAddressControl = false
+        decoder.receiveACCM = 0xFFFF_FFFF
+        decoder.setMRU(1500)
+    }
+
+    private mutating func sendControl(_ proto: UInt16, _ packet: ControlPacket) {
+        let bytes = packet.emit()
+        if configuration.debug, let text = ControlProtocolPrinter.describe(protocol: proto, information: bytes) {
+            events.append(.debug("sent [\(text.text)]"))
+        }
+        sendFrame(proto, bytes)
+    }
+
+    private mutating func sendFrame(_ proto: UInt16, _ information: [UInt8]) {
+        if configuration.captureFrames {
+            let lcpPacket = proto == ProtocolNumber.lcp
+            captured.append((.sent, PPPFrame(protocol: proto, information: information,
+                                             addressControlPresent: lcpPacket || !encoder.compressAddressControl,
+                                             protocolCompressed: !lcpPacket && encoder.compressProtocol && proto < 0x100)))
+        }
+        encoder.encode(protocol: proto, information: information, into: &transmit)
+    }
+}
