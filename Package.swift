@@ -5,7 +5,7 @@ let package = Package(
     name: "pppbridge",
     products: [
         // What terminal-proxy programs link.
-        .library(name: "PPPBridge", targets: ["Framing", "PPP", "NetStack", "Capture", "Crypto"]),
+        .library(name: "PPPBridge", targets: ["Framing", "PPP", "NetStack", "Capture", "Crypto", "Channel"]),
         .executable(name: "pppbridge", targets: ["pppbridge"]),
         .executable(name: "pppbridge-bench", targets: ["PPPBridgeBench"]),
         // libFuzzer targets (Tools/fuzz.sh builds them with -sanitize=fuzzer,address); built
@@ -17,6 +17,7 @@ let package = Package(
         // System libraries from Debian (libpcap-dev, libssl-dev).
         .systemLibrary(name: "CPcap", pkgConfig: "libpcap", providers: [.apt(["libpcap-dev"])]),
         .systemLibrary(name: "COpenSSL", pkgConfig: "openssl", providers: [.apt(["libssl-dev"])]),
+        .systemLibrary(name: "CSystem"),
 
         // Sans-IO protocol cores.
         .target(name: "Framing"),
@@ -27,8 +28,11 @@ let package = Package(
         .target(name: "Capture", dependencies: ["CPcap", "Framing", "PPP", "NetStack"]),
         .target(name: "Crypto", dependencies: ["COpenSSL"]),
 
+        // The only layer that touches the OS: lines, the event loop, signals, captures.
+        .target(name: "Channel", dependencies: ["CSystem", "Framing", "PPP", "NetStack", "Capture"]),
+
         // The command-line tool: its commands live in a library so tests can drive them.
-        .target(name: "PPPBridgeCLI", dependencies: ["Framing", "PPP", "NetStack", "Capture"]),
+        .target(name: "PPPBridgeCLI", dependencies: ["Framing", "PPP", "NetStack", "Capture", "Channel"]),
         .executableTarget(name: "pppbridge", dependencies: ["PPPBridgeCLI"]),
 
         // Benchmarks against a plain C implementation of RFC 1662's byte loop.

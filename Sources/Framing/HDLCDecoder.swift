@@ -102,16 +102,21 @@ public struct HDLCDecoder: Sendable {
         scanMode = ScanMode(accm: receiveACCM, accmOnly: true)
     }
 
-    /// Decodes `chunk`, calling `deliver` for each complete, checked frame in order.
-    public mutating func decode(_ chunk: UnsafeRawBufferPointer, _ deliver: (DecodedFrame) -> Void) {
-        guard let p = chunk.baseAddress, !chunk.isEmpty else { return }
+    /// Decodes `chunk`, calling `deliver` for each complete, checked frame in order, and
+    /// returns the bytes consumed: all of them, unless `stopAfterFrame` asks to return right
+    /// after the first frame delivered, so the caller can change settings (the receive ACCM
+    /// once LCP opens) before the next frame is read.
+    @discardableResult
+    public mutating func decode(_ chunk: UnsafeRawBufferPointer, stopAfterFrame: Bool = false,
+                                _ deliver: (DecodedFrame) -> Void) -> Int {
+        guard let p = chunk.baseAddress, !chunk.isEmpty else { return 0 }
         let n = chunk.count
         var storage: [UInt8] = []
         swap(&storage, &buffer)
         defer { swap(&storage, &buffer) }
         let cls = classes.pointer
         let mode = scanMode
-        storage.withUnsafeMutableBufferPointer { bufferPointer in
+        return storage.withUnsafeMutableBufferPointer { bufferPointer -> Int in
             let buf = bufferPointer.baseAddress!
             let capacity = bufferPointer.count
             var i = 0
@@ -172,8 +177,8 @@ public struct HDLCDecoder: Sendable {
                 case 1:
                     if hunting {
                         hunting = false
-                    } else {
-                        endFrame(buf, deliver)
+                    } else if endFrame(buf, deliver) && stopAfterFrame {
+                        return i
                     }
                 case 3:
                     // Dropped wherever it appears, even after an escape (as Linux ppp_async does).
@@ -197,6 +202,7 @@ public struct HDLCDecoder: Sendable {
                     }
                 }
             }
+            return n
         }
     }
 
@@ -207,7 +213,8 @@ public struct HDLCDecoder: Sendable {
         return frames
     }
 
-    private mutating func endFrame(_ buf: UnsafeMutablePointer<UInt8>, _ deliver: (DecodedFrame) -> Void) {
+    /// Ends the frame in progress; true when it was delivered.
+    private mutating func endFrame(_ buf: UnsafeMutablePointer<UInt8>, _ deliver: (DecodedFrame) -> Void) -> Bool {
         defer {
             length = 0
             escaped = false
@@ -215,36 +222,37 @@ public struct HDLCDecoder: Sendable {
         }
         if escaped {
             counters.aborted += 1
-            return
+            return false
         }
         if overflowed {
             counters.tooLong += 1
-            return
+            return false
         }
         if length == 0 {
             counters.emptyFrames += 1
-            return
+            return false
         }
         let fcsLength = fcs.byteCount
         if length < fcsLength + 2 {
             counters.runts += 1
-            return
+            return false
         }
         let whole = UnsafeRawBufferPointer(start: buf, count: length)
         guard fcs.verifies(whole) else {
             counters.badFCS += 1
-            return
+            return false
         }
         let packet = UnsafeRawBufferPointer(start: buf, count: length - fcsLength)
         guard let header = PPPHeader.parse(packet) else {
             counters.badHeader += 1
-            return
+            return false
         }
         if packet.count - header.length > mru {
             counters.tooLong += 1
-            return
+            return false
         }
         counters.frames += 1
         deliver(DecodedFrame(header: header, packet: packet))
+        return true
     }
 }

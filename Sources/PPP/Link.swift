@@ -145,10 +145,8 @@ public struct PPPLink: Sendable {
     public mutating func close(now: Instant, reason: String = "User request") {
         guard downReason == nil else { return }
         pendingDown = .closedByUs
-        if lcp.state == .opened || [.requestSent, .ackReceived, .ackSent].contains(lcp.state) {
-            ipcp.close(now: now)
-            setPhase(.terminate)
-        }
+        // LCP's Terminate takes the NCPs down with it (RFC 1661 §3.7), as pppd does.
+        if lcp.state == .opened || [.requestSent, .ackReceived, .ackSent].contains(lcp.state) { setPhase(.terminate) }
         lcp.close(now: now, reason: reason)
         process(now: now)
     }
@@ -165,11 +163,18 @@ public struct PPPLink: Sendable {
 
     /// Bytes read from the line.
     public mutating func receive(_ bytes: UnsafeRawBufferPointer, now: Instant) {
-        var frames: [PPPFrame] = []
-        decoder.decode(bytes) { frames.append($0.frame) }
-        if !frames.isEmpty { lastReceive = now }
-        for f in frames { handle(f, now: now) }
-        process(now: now)
+        // Frame by frame: each one is read with the settings the previous one left. The
+        // Configure-Ack that opens LCP changes the receive ACCM, and the peer's next frame
+        // (in the same read, often) already uses the new map.
+        var offset = 0
+        while offset < bytes.count {
+            var frame: PPPFrame?
+            offset += decoder.decode(UnsafeRawBufferPointer(rebasing: bytes[offset...]), stopAfterFrame: true) { frame = $0.frame }
+            guard let frame else { break }
+            lastReceive = now
+            handle(frame, now: now)
+            process(now: now)
+        }
     }
 
     public mutating func receive(_ bytes: [UInt8], now: Instant) {
@@ -232,6 +237,10 @@ public struct PPPLink: Sendable {
         switch proto {
         case ProtocolNumber.lcp:
             guard let packet = try? ControlPacket(parsing: frame.information) else { return }
+            if packet.code == ControlCode.terminateRequest && lcp.state == .opened && pendingDown == nil {
+                // Whatever happens to the line next, the peer ended the link.
+                pendingDown = .peerTerminated(String(decoding: packet.data, as: UTF8.self))
+            }
             lcp.receive(packet, now: now)
         case ProtocolNumber.pap, ProtocolNumber.chap:
             // RFC 1661 §3.5: only in the Authenticate phase (and answering repeats after it).
@@ -407,7 +416,6 @@ public struct PPPLink: Sendable {
     private mutating func closeFor(_ reason: LinkDownReason, now: Instant) {
         guard pendingDown == nil, downReason == nil else { return }
         pendingDown = reason
-        ipcp.close(now: now)
         setPhase(.terminate)
         let message: String
         switch reason {

@@ -22,12 +22,11 @@ public struct CommandLineTool {
     usage: pppbridge <command> [options]
 
     commands:
+      run           bring a PPP link up on a serial device or pty (--device PATH | --pty)
       decode FILE   print every PPP frame of a capture (pcap link types 1, 9, 50, 204, or a
                     pppd `record` file) in pppd's debug-log style, optionally writing a pcap
-      help          print this text; `pppbridge help decode` or `pppbridge decode --help`
+      help          print this text; `pppbridge help COMMAND` or `pppbridge COMMAND --help`
                     explain one command
-
-    Run `pppbridge decode --help` for the decode options.
     """
 
     public func run(_ arguments: [String]) -> Int32 {
@@ -40,12 +39,16 @@ public struct CommandLineTool {
         case "-h", "--help", "help":
             if rest.first == "decode" {
                 standardOutput(DecodeCommand.usage)
+            } else if rest.first == "run" {
+                standardOutput(RunCommand.usage)
             } else {
                 standardOutput(CommandLineTool.usage)
             }
             return Status.success
         case "decode":
             return DecodeCommand(output: standardOutput, error: standardError).run(rest)
+        case "run":
+            return RunCommand(output: standardOutput, error: standardError).run(rest)
         default:
             standardError("pppbridge: unknown command '\(command)' (see `pppbridge --help`)")
             return Status.usage

@@ -1,0 +1,108 @@
+import CSystem
+import Glibc
+
+/// The line PPP runs on: a serial device or pty we attach to, or a pty we create for another
+/// program. Owns its descriptors and closes them on every path.
+public final class SerialLine {
+    /// The descriptor PPP reads and writes (non-blocking).
+    public let descriptor: Int32
+    /// For a pty we created: the name other programs open.
+    public let peerPath: String?
+    /// For a pty we created: we hold the other side open too, so the line does not read as
+    /// hung up before a program attaches (pppd's peer then detects loss with LCP echoes).
+    private var heldPeer: Int32 = -1
+    private var symlinkPath: String?
+    private var closed = false
+
+    public struct Options: Sendable {
+        public var speed = 115_200
+        /// RTS/CTS hardware flow control (pppd's `crtscts`).
+        public var hardwareFlowControl = false
+        public init() {}
+    }
+
+    /// Opens a serial device or an existing pty in raw mode.
+    public init(device path: String, options: Options = Options()) throws(SystemError) {
+        let fd = retryingOnInterrupt { open(path, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC) }
+        guard fd >= 0 else { throw SystemError("open \(path)") }
+        do {
+            try SerialLine.makeRaw(fd, options: options, name: path)
+        } catch {
+            Glibc.close(fd)
+            throw error
+        }
+        descriptor = fd
+        peerPath = nil
+    }
+
+    /// Creates a pty; the caller prints `peerPath` (and `link`, when given, is made a symlink to it).
+    public init(ptyLinkedAt link: String? = nil, options: Options = Options()) throws(SystemError) {
+        let master = posix_openpt(O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC)
+        guard master >= 0 else { throw SystemError("posix_openpt") }
+        var slave: Int32 = -1
+        var name = ""
+        do throws(SystemError) {
+            guard grantpt(master) == 0 else { throw SystemError("grantpt") }
+            guard unlockpt(master) == 0 else { throw SystemError("unlockpt") }
+            var buffer = [CChar](repeating: 0, count: 128)
+            guard ptsname_r(master, &buffer, buffer.count) == 0 else { throw SystemError("ptsname_r") }
+            name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            slave = retryingOnInterrupt { open(name, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC) }
+            guard slave >= 0 else { throw SystemError("open \(name)") }
+            // The line discipline lives on the slave side: make it raw for whoever attaches.
+            try SerialLine.makeRaw(slave, options: options, name: name)
+            if let link {
+                unlink(link)
+                guard symlink(name, link) == 0 else { throw SystemError("symlink \(link)") }
+                symlinkPath = link
+            }
+        } catch {
+            if slave >= 0 { Glibc.close(slave) }
+            Glibc.close(master)
+            throw error
+        }
+        descriptor = master
+        heldPeer = slave
+        peerPath = name
+    }
+
+    static func makeRaw(_ fd: Int32, options: Options, name: String) throws(SystemError) {
+        var t = termios()
+        guard tcgetattr(fd, &t) == 0 else { throw SystemError("tcgetattr \(name)") }
+        cfmakeraw(&t)
+        t.c_cflag |= tcflag_t(CLOCAL | CREAD)
+        if options.hardwareFlowControl { t.c_cflag |= tcflag_t(CRTSCTS) } else { t.c_cflag &= ~tcflag_t(CRTSCTS) }
+        // VMIN 1, VTIME 0: a read returns as soon as a byte is there.
+        withUnsafeMutableBytes(of: &t.c_cc) { cc in
+            cc[Int(VMIN)] = 1
+            cc[Int(VTIME)] = 0
+        }
+        guard let speed = SerialLine.speedConstant(options.speed) else {
+            throw SystemError("speed \(options.speed) is not a standard rate", errno: EINVAL)
+        }
+        cfsetispeed(&t, speed)
+        cfsetospeed(&t, speed)
+        guard tcsetattr(fd, TCSANOW, &t) == 0 else { throw SystemError("tcsetattr \(name)") }
+    }
+
+    static func speedConstant(_ rate: Int) -> speed_t? {
+        let table: [Int: Int32] = [
+            1200: B1200, 2400: B2400, 4800: B4800, 9600: B9600, 19200: B19200, 38400: B38400, 57600: B57600,
+            115_200: B115200, 230_400: B230400, 460_800: B460800, 500_000: B500000, 576_000: B576000,
+            921_600: B921600, 1_000_000: B1000000, 1_152_000: B1152000, 1_500_000: B1500000,
+            2_000_000: B2000000, 3_000_000: B3000000, 4_000_000: B4000000,
+        ]
+        return table[rate].map { speed_t($0) }
+    }
+
+    /// Closes the line (and removes the symlink we made). Idempotent; also done on deinit.
+    public func close() {
+        guard !closed else { return }
+        closed = true
+        Glibc.close(descriptor)
+        if heldPeer >= 0 { Glibc.close(heldPeer) }
+        if let symlinkPath { unlink(symlinkPath) }
+    }
+
+    deinit { close() }
+}

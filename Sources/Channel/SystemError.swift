@@ -1,0 +1,53 @@
+import Glibc
+import NetStack
+
+/// A failed system call with its errno, e.g. `open /dev/ttyS1: No such file or directory`.
+public struct SystemError: Error, Equatable, Sendable, CustomStringConvertible {
+    public var operation: String
+    public var errno: Int32
+
+    public init(_ operation: String, errno: Int32 = Glibc.errno) {
+        self.operation = operation
+        self.errno = errno
+    }
+
+    public var description: String { "\(operation): \(String(cString: strerror(errno)))" }
+}
+
+/// Retries a call interrupted by a signal (EINTR); returns the result otherwise.
+@inline(__always)
+func retryingOnInterrupt<T: BinaryInteger>(_ body: () -> T) -> T {
+    while true {
+        let r = body()
+        if r == -1 && errno == EINTR { continue }
+        return r
+    }
+}
+
+/// Reads what is available from a non-blocking descriptor. nil when it would block;
+/// an empty array at end of file.
+func readAvailable(_ fd: Int32, into buffer: inout [UInt8]) throws(SystemError) -> Int? {
+    let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { read(fd, b.baseAddress, b.count) } }
+    if n < 0 {
+        if errno == EAGAIN || errno == EWOULDBLOCK { return nil }
+        throw SystemError("read")
+    }
+    return n
+}
+
+/// Writes as much as the descriptor takes now; returns the bytes written (0 when it would block).
+func writeSome(_ fd: Int32, _ bytes: ArraySlice<UInt8>) throws(SystemError) -> Int {
+    let n = bytes.withUnsafeBytes { b in retryingOnInterrupt { write(fd, b.baseAddress, b.count) } }
+    if n < 0 {
+        if errno == EAGAIN || errno == EWOULDBLOCK { return 0 }
+        throw SystemError("write")
+    }
+    return n
+}
+
+/// Reads the monotonic clock as the sans-IO cores' `Instant`.
+public func monotonicNow() -> Instant {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Instant(nanoseconds: Int64(ts.tv_sec) * 1_000_000_000 + Int64(ts.tv_nsec))
+}

@@ -1,0 +1,293 @@
+import Capture
+import Channel
+import Foundation
+import Framing
+import NetStack
+import PPP
+
+/// `pppbridge run`: brings a PPP link up on a serial device or pty and keeps it up.
+struct RunCommand {
+    var output: (String) -> Void
+    var error: (String) -> Void
+
+    static let usage = """
+    usage: pppbridge run (--device PATH | --pty [--link PATH]) [options]
+
+    Brings a PPP link up on a serial line and keeps it up until the link goes down or
+    SIGINT/SIGTERM closes it with LCP Terminate-Request.
+
+    line:
+      --device PATH          a serial device or an existing pty, put in raw mode
+      --pty                  create a pty and print its name for another program to open
+      --link PATH            with --pty: also make PATH a symlink to it
+      --speed N              line speed (default 115200)
+      --crtscts              RTS/CTS hardware flow control
+    role and addresses:
+      --role host|terminal   host (default, the ICPPP role): assign the terminal its address;
+                             terminal: accept the addresses the peer gives, ask for DNS
+      --local-ip A           our address (host default 192.168.53.1)
+      --terminal-ip A        the peer's address (host default 192.168.53.2)
+      --dns A                a DNS server given to the peer (twice for a secondary)
+      --netmask A            reported as the link's submask (default 255.255.255.255)
+    LCP (pppd's names):
+      --mru N                our MRU (default 1500)
+      --asyncmap HEX         control characters the peer must escape for us (default 0)
+      --default-asyncmap     do not negotiate the map (both sides escape all control characters)
+      --escape HEX[,HEX...]  extra byte values we always escape
+      --nopcomp --noaccomp   refuse protocol / address-control field compression
+      --novj                 refuse VJ header compression (refused in any case for now)
+      --lcp-echo-interval S  send an LCP Echo-Request every S seconds (default 0: off)
+      --lcp-echo-failure N   take the link down after N unanswered ones (default 0: never)
+      --lcp-echo-adaptive    only probe when nothing was received for an interval
+      --lcp-restart S        the restart timer (default 3)
+      --lcp-max-configure N  Configure-Requests before giving up (default 10)
+    authentication:
+      --require-pap | --require-chap   the peer must authenticate (PAP, or CHAP-MD5)
+      --peer NAME:SECRET     credentials the peer may authenticate with (repeatable)
+      --user NAME --password SECRET   what we authenticate with when the peer asks
+      --name NAME            our name in CHAP challenges (default pppbridge)
+    output:
+      --debug                print every control packet as pppd does (sent [...] / rcvd [...])
+      --pcap FILE            write every frame to a pcap (link type 204, with direction)
+      --record FILE          write the raw line both ways in pppd's record format
+
+    Exit status: 0 closed on request; 2 bad usage; 7 the line could not be opened;
+    10 negotiation failed; 11 authentication failed; 15 no answer to LCP echoes; 16 line
+    hang-up; 17 looped-back line; 22 the peer terminated the link.
+    """
+
+    enum Role: String { case host, terminal }
+
+    func run(_ arguments: [String]) -> Int32 {
+        var device: String?
+        var makePty = false
+        var link: String?
+        var lineOptions = SerialLine.Options()
+        var role = Role.host
+        var localIP: IPv4Address?
+        var terminalIP: IPv4Address?
+        var dns: [IPv4Address] = []
+        var netmask: IPv4Address?
+        var lcp = LCPConfiguration()
+        var echo = EchoConfiguration()
+        var negotiation = NegotiationConfiguration()
+        var auth = AuthenticationConfiguration()
+        var user: String?
+        var password: String?
+        var extraEscapes: [UInt8] = []
+        var debug = false
+        var pcapPath: String?
+        var recordPath: String?
+
+        var it = arguments.makeIterator()
+        func value(_ flag: String) -> String? {
+            let v = it.next()
+            if v == nil { error("pppbridge run: \(flag) needs a value (see `pppbridge run --help`)") }
+            return v
+        }
+        func address(_ flag: String) -> IPv4Address?? {
+            guard let v = value(flag) else { return .none }
+            guard let a = IPv4Address(v) else {
+                error("pppbridge run: \(flag) takes a dotted-quad IPv4 address, not '\(v)'")
+                return .none
+            }
+            return .some(a)
+        }
+        func number(_ flag: String) -> Int? {
+            guard let v = value(flag) else { return nil }
+            guard let n = Int(v), n >= 0 else {
+                error("pppbridge run: \(flag) takes a non-negative number, not '\(v)'")
+                return nil
+            }
+            return n
+        }
+        let usage = CommandLineTool.Status.usage
+        while let a = it.next() {
+            switch a {
+            case "-h", "--help":
+                output(RunCommand.usage)
+                return CommandLineTool.Status.success
+            case "--device": guard let v = value(a) else { return usage }; device = v
+            case "--pty": makePty = true
+            case "--link": guard let v = value(a) else { return usage }; link = v
+            case "--speed": guard let n = number(a) else { return usage }; lineOptions.speed = n
+            case "--crtscts": lineOptions.hardwareFlowControl = true
+            case "--role":
+                guard let v = value(a) else { return usage }
+                guard let r = Role(rawValue: v) else { error("pppbridge run: --role is host or terminal"); return usage }
+                role = r
+            case "--local-ip": guard case let .some(.some(x)) = address(a) else { return usage }; localIP = x
+            case "--terminal-ip": guard case let .some(.some(x)) = address(a) else { return usage }; terminalIP = x
+            case "--dns": guard case let .some(.some(x)) = address(a) else { return usage }; dns.append(x)
+            case "--netmask": guard case let .some(.some(x)) = address(a) else { return usage }; netmask = x
+            case "--mru":
+                guard let n = number(a) else { return usage }
+                guard (128...16384).contains(n) else { error("pppbridge run: --mru must be 128–16384"); return usage }
+                lcp.mru = UInt16(n)
+            case "--asyncmap":
+                guard let v = value(a) else { return usage }
+                guard let m = UInt32(v.hasPrefix("0x") ? String(v.dropFirst(2)) : v, radix: 16) else {
+                    error("pppbridge run: --asyncmap takes a hexadecimal map"); return usage
+                }
+                lcp.asyncMap = m
+            case "--default-asyncmap": lcp.asyncMap = nil
+            case "--escape":
+                guard let v = value(a) else { return usage }
+                for part in v.split(separator: ",") {
+                    guard let b = UInt8(part.hasPrefix("0x") ? String(part.dropFirst(2)) : String(part), radix: 16),
+                          EscapeSet.isEscapable(b) else {
+                        error("pppbridge run: --escape takes hex bytes outside 0x20–0x3f and 0x5d–0x5e"); return usage
+                    }
+                    extraEscapes.append(b)
+                }
+            case "--nopcomp": lcp.protocolFieldCompression = false
+            case "--noaccomp": lcp.addressControlCompression = false
+            case "--novj": break
+            case "--lcp-echo-interval": guard let n = number(a) else { return usage }; echo.interval = .seconds(n)
+            case "--lcp-echo-failure": guard let n = number(a) else { return usage }; echo.failureLimit = n
+            case "--lcp-echo-adaptive": echo.adaptive = true
+            case "--lcp-restart":
+                guard let n = number(a), n > 0 else { error("pppbridge run: --lcp-restart takes seconds > 0"); return usage }
+                negotiation.restartInterval = .seconds(n)
+            case "--lcp-max-configure":
+                guard let n = number(a), n > 0 else { error("pppbridge run: --lcp-max-configure takes a count > 0"); return usage }
+                negotiation.maxConfigure = n
+            case "--require-pap": lcp.requireAuthentication = .pap
+            case "--require-chap": lcp.requireAuthentication = .chapMD5
+            case "--peer":
+                guard let v = value(a) else { return usage }
+                guard let colon = v.firstIndex(of: ":") else { error("pppbridge run: --peer takes NAME:SECRET"); return usage }
+                auth.peers.append(Credentials(name: String(v[..<colon]), secret: String(v[v.index(after: colon)...])))
+            case "--user": guard let v = value(a) else { return usage }; user = v
+            case "--password": guard let v = value(a) else { return usage }; password = v
+            case "--name": guard let v = value(a) else { return usage }; auth.localName = v
+            case "--debug": debug = true
+            case "--pcap": guard let v = value(a) else { return usage }; pcapPath = v
+            case "--record": guard let v = value(a) else { return usage }; recordPath = v
+            default:
+                error("pppbridge run: unknown option \(a) (see `pppbridge run --help`)")
+                return usage
+            }
+        }
+        guard (device != nil) != makePty else {
+            error("pppbridge run: give exactly one of --device PATH and --pty")
+            return usage
+        }
+        if link != nil && !makePty { error("pppbridge run: --link goes with --pty"); return usage }
+        if lcp.requireAuthentication != nil && auth.peers.isEmpty {
+            error("pppbridge run: --require-pap/--require-chap need at least one --peer NAME:SECRET")
+            return usage
+        }
+        if (user == nil) != (password == nil) { error("pppbridge run: --user and --password go together"); return usage }
+        if let user, let password {
+            auth.local = Credentials(name: user, secret: password)
+            lcp.authenticateWith = [.pap, .chapMD5]
+        }
+
+        var configuration: LinkConfiguration
+        switch role {
+        case .host:
+            configuration = .host(local: localIP ?? IPv4Address(192, 168, 53, 1), terminal: terminalIP ?? IPv4Address(192, 168, 53, 2), dns: dns)
+        case .terminal:
+            configuration = .terminal()
+            configuration.ipcp.localAddress = localIP
+            configuration.ipcp.peerAddress = terminalIP
+            configuration.ipcp.dnsServers = dns
+        }
+        if let netmask { configuration.ipcp.netmask = netmask }
+        configuration.lcp = lcp
+        configuration.echo = echo
+        configuration.negotiation = negotiation
+        configuration.authentication = auth
+        configuration.extraEscapes = extraEscapes
+        configuration.debug = debug
+        configuration.captureFrames = pcapPath != nil
+
+        let line: SerialLine
+        do {
+            if let device {
+                line = try SerialLine(device: device, options: lineOptions)
+                output("pppbridge: attached to \(device)")
+            } else {
+                line = try SerialLine(ptyLinkedAt: link, options: lineOptions)
+                output("pppbridge: pty \(line.peerPath ?? "?")" + (link.map { " (linked at \($0))" } ?? ""))
+            }
+        } catch let e {
+            error("pppbridge: \(e)")
+            return RunCommand.Status.openFailed
+        }
+        defer { line.close() }
+
+        var pcap: PcapWriter?
+        var record: PPPDRecordWriter?
+        do {
+            if let pcapPath { pcap = try PcapWriter(path: pcapPath, linkType: .pppWithDirection) }
+            if let recordPath { record = try PPPDRecordWriter(path: recordPath, startTime: Int64(Date().timeIntervalSince1970)) }
+        } catch let e {
+            error("pppbridge: \(e)")
+            return RunCommand.Status.openFailed
+        }
+
+        var seed: UInt64 = 0
+        withUnsafeMutableBytes(of: &seed) { _ = getentropy($0.baseAddress, $0.count) }
+        let session = LinkSession(line: line, link: PPPLink(configuration: configuration, seed: seed), pcap: pcap, record: record) { event in
+            for text in RunCommand.describe(event, debug: debug) { output(text) }
+        }
+        let reason: LinkDownReason
+        do {
+            reason = try session.run()
+        } catch let e {
+            error("pppbridge: \(e)")
+            return RunCommand.Status.hangUp
+        }
+        return RunCommand.Status.of(reason)
+    }
+
+    /// pppd-like lines for the events a person wants to see.
+    static func describe(_ event: LinkEvent, debug: Bool) -> [String] {
+        switch event {
+        case let .debug(line): return debug ? [line] : []
+        case let .phase(p): return debug ? ["phase \(p.rawValue)"] : []
+        case let .lcpOpened(r):
+            var parts = ["mru \(r.receiveMRU)/\(r.transmitMRU)", "asyncmap rx 0x\(String(r.receiveACCM, radix: 16)) tx 0x\(String(r.transmitACCM, radix: 16))"]
+            if r.transmitProtocolCompression { parts.append("pcomp") }
+            if r.transmitAddressControlCompression { parts.append("accomp") }
+            if let a = r.peerAuthentication { parts.append("peer authenticates with \(a.rawValue)") }
+            if let a = r.localAuthentication { parts.append("we authenticate with \(a.rawValue)") }
+            return ["LCP opened: " + parts.joined(separator: ", ")]
+        case let .authenticated(name): return ["authentication succeeded" + (name.map { " (peer \"\($0)\")" } ?? "")]
+        case let .ipcpOpened(r):
+            var lines = ["IPCP opened", "local  IP address \(r.localAddress)", "remote IP address \(r.peerAddress)"]
+            if r.dnsServers.count > 0 { lines.append("primary   DNS address \(r.dnsServers[0])") }
+            if r.dnsServers.count > 1 { lines.append("secondary DNS address \(r.dnsServers[1])") }
+            lines.append("submask \(r.netmask)")
+            return lines
+        case .ipcpClosed: return ["IPCP closed"]
+        case let .echoMissed(n): return ["no response to \(n) echo-requests"]
+        case let .down(reason): return ["link down: \(reason)"]
+        }
+    }
+
+    enum Status {
+        static let openFailed: Int32 = 7
+        static let negotiationFailed: Int32 = 10
+        static let authenticationFailed: Int32 = 11
+        static let echoTimeout: Int32 = 15
+        static let hangUp: Int32 = 16
+        static let loopback: Int32 = 17
+        static let peerTerminated: Int32 = 22
+
+        /// pppd's exit statuses where pppd has one for the same cause.
+        static func of(_ reason: LinkDownReason) -> Int32 {
+            switch reason {
+            case .closedByUs: return CommandLineTool.Status.success
+            case .negotiationFailed, .networkFailed: return negotiationFailed
+            case .authenticationFailed: return authenticationFailed
+            case .echoTimeout: return echoTimeout
+            case .lineHangUp: return hangUp
+            case .loopback: return loopback
+            case .peerTerminated: return peerTerminated
+            }
+        }
+    }
+}
