@@ -26,6 +26,13 @@ public struct IPCPResult: Sendable, Equatable {
     public var peerAddress: IPv4Address
     public var dnsServers: [IPv4Address]
     public var netmask: IPv4Address
+
+    public init(localAddress: IPv4Address, peerAddress: IPv4Address, dnsServers: [IPv4Address], netmask: IPv4Address) {
+        self.localAddress = localAddress
+        self.peerAddress = peerAddress
+        self.dnsServers = dnsServers
+        self.netmask = netmask
+    }
 }
 
 /// IPCP's option policy for the shared automaton. VJ header compression is refused until the

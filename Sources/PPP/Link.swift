@@ -425,8 +425,17 @@ public struct PPPLink: Sendable {
         default: message = "Failed to negotiate"
         }
         lcp.close(now: now, reason: message)
-        // A Closed LCP finishes at once; otherwise layerFinished follows the Terminate exchange.
-        if lcp.state == .closed || lcp.state == .initial { finish(reason) }
+        switch reason {
+        case .echoTimeout, .loopback:
+            // Nobody (else) is listening: the Terminate-Request goes out once and the link is
+            // down now, not after Max-Terminate restart intervals.
+            lcp.down(now: now)
+            for output in lcp.takeOutputs() { lcpOutput(output, now: now) }
+            finish(reason)
+        default:
+            // A Closed LCP finishes at once; otherwise layerFinished follows the Terminate exchange.
+            if lcp.state == .closed || lcp.state == .initial { finish(reason) }
+        }
     }
 
     private mutating func finish(_ reason: LinkDownReason) {

@@ -208,3 +208,39 @@ func actions(_ outputs: [NegotiationOutput]) -> [String] {
         #expect(actions(a.takeOutputs()) == row.actions, "\(row)")
     }
 }
+
+@Suite struct ConvergenceTests {
+    @Test func nakLoopsEndInRejectAfterMaxFailure() {
+        // A peer that ignores our Naks and sends the same request again and again.
+        var a = Automaton.inState(.requestSent)
+        a.policy.verdict = .nak([ConfigurationOption(type: 1, value: [0x05, 0xDC])])
+        var answers: [UInt8] = []
+        for id in UInt8(1)...8 {
+            a.receive(ControlPacket(code: 1, identifier: id, data: [1, 4, 0x05, 0xDC]), now: t0)
+            for case let .send(p) in a.takeOutputs() { answers.append(p.code) }
+        }
+        // Max-Failure (5) Naks, then Rejects.
+        #expect(answers == [3, 3, 3, 3, 3, 4, 4, 4])
+    }
+
+    @Test func sendingAnAckResetsTheFailureCount() {
+        var a = Automaton.inState(.requestSent)
+        a.policy.verdict = .nak([ConfigurationOption(type: 1, value: [0x05, 0xDC])])
+        for id in UInt8(1)...4 { a.receive(ControlPacket(code: 1, identifier: id, data: [1, 4, 0x05, 0xDC]), now: t0) }
+        a.policy.verdict = .ack
+        a.receive(ControlPacket(code: 1, identifier: 5, data: [1, 4, 0x05, 0xDC]), now: t0)
+        #expect(a.failureCounter == 0)
+    }
+
+    @Test func lostRequestsAreRetransmittedEveryRestartInterval() {
+        var a = Automaton.inState(.requestSent)
+        var times: [Instant] = []
+        while let d = a.deadline, a.state == .requestSent {
+            a.timerExpired(now: d)
+            if a.takeOutputs().contains(where: { if case let .send(p) = $0 { return p.code == 1 }; return false }) { times.append(d) }
+        }
+        // Nine retransmissions 3 s apart after the first request, then Stopped at 30 s.
+        #expect(times == (1...9).map { Instant.seconds(3.0 * Double($0)) })
+        #expect(a.state == .stopped)
+    }
+}

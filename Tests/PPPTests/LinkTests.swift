@@ -1,0 +1,335 @@
+import Framing
+import NetStack
+import PPP
+import Testing
+
+/// Two links joined back to back in virtual time. Bytes cross instantly unless a filter drops
+/// the frames they carry; time jumps to the next deadline when nothing is in flight.
+struct LinkPair {
+    var a: PPPLink
+    var b: PPPLink
+    var now = Instant.zero
+    var eventsA: [LinkEvent] = []
+    var eventsB: [LinkEvent] = []
+    /// Frames from A to B for which this returns true are lost (the filter sees each frame's bytes).
+    var dropAtoB: (PPPFrame) -> Bool = { _ in false }
+    var dropBtoA: (PPPFrame) -> Bool = { _ in false }
+    /// When false, B's output is thrown away: a peer that has gone silent.
+    var bTalks = true
+
+    init(_ ca: LinkConfiguration, _ cb: LinkConfiguration) {
+        a = PPPLink(configuration: ca, seed: 1)
+        b = PPPLink(configuration: cb, seed: 2)
+    }
+
+    mutating func start() {
+        a.open(now: now)
+        b.open(now: now)
+    }
+
+    /// Runs until `done` holds or virtual time passes `limit`.
+    mutating func run(for limit: Duration = .seconds(120), until done: (LinkPair) -> Bool = { _ in false }) {
+        let end = now + limit
+        while now <= end && !done(self) {
+            let fromA = a.takeTransmit()
+            var fromB = b.takeTransmit()
+            if !bTalks { fromB = [] }
+            eventsA += a.takeEvents()
+            eventsB += b.takeEvents()
+            if !fromA.isEmpty { b.receive(LinkPair.filter(fromA, dropAtoB), now: now) }
+            if !fromB.isEmpty { a.receive(LinkPair.filter(fromB, dropBtoA), now: now) }
+            eventsA += a.takeEvents()
+            eventsB += b.takeEvents()
+            if done(self) { break }
+            if fromA.isEmpty && fromB.isEmpty {
+                guard let next = earliest(a.pollAt, b.pollAt), next <= end else { break }
+                now = max(now, next)
+                a.poll(now: now)
+                b.poll(now: now)
+            }
+        }
+        eventsA += a.takeEvents()
+        eventsB += b.takeEvents()
+    }
+
+    /// Re-frames the stream without the frames the filter drops.
+    static func filter(_ stream: [UInt8], _ drop: (PPPFrame) -> Bool) -> [UInt8] {
+        var d = HDLCDecoder(fcs: .fcs16, mru: 65535, receiveACCM: 0)
+        var out: [UInt8] = []
+        var start = 0
+        var kept: [UInt8] = []
+        // Split on flags so kept frames keep their exact bytes (escapes and all).
+        for (i, byte) in stream.enumerated() where byte == HDLC.flag {
+            let piece = Array(stream[start...i])
+            start = i
+            let frames = d.decode(piece)
+            if let f = frames.first, drop(f) { continue }
+            kept += piece.dropFirst(kept.last == HDLC.flag ? 1 : 0)
+        }
+        out = kept
+        return out
+    }
+
+    var ipcpA: IPCPResult? { eventsA.lazy.compactMap { if case let .ipcpOpened(r) = $0 { return r }; return nil }.first }
+    var ipcpB: IPCPResult? { eventsB.lazy.compactMap { if case let .ipcpOpened(r) = $0 { return r }; return nil }.first }
+    var downA: LinkDownReason? { a.downReason }
+    var downB: LinkDownReason? { b.downReason }
+}
+
+func isLCP(_ code: UInt8) -> (PPPFrame) -> Bool {
+    { $0.protocol == ProtocolNumber.lcp && $0.information.first == code }
+}
+
+@Suite struct LinkTests {
+    let hostAddress = IPv4Address(10, 0, 2, 2), terminalAddress = IPv4Address(10, 0, 2, 15), dns = IPv4Address(10, 0, 2, 3)
+
+    var host: LinkConfiguration { .host(local: hostAddress, terminal: terminalAddress, dns: [dns]) }
+
+    @Test func hostAssignsTheTerminalItsAddressAndDNS() {
+        var p = LinkPair(host, .terminal())
+        p.start()
+        p.run(for: .seconds(10)) { $0.ipcpA != nil && $0.ipcpB != nil }
+        #expect(p.ipcpA == IPCPResult(localAddress: hostAddress, peerAddress: terminalAddress, dnsServers: [dns], netmask: IPv4Address(255, 255, 255, 255)))
+        #expect(p.ipcpB == IPCPResult(localAddress: terminalAddress, peerAddress: hostAddress, dnsServers: [dns], netmask: IPv4Address(255, 255, 255, 255)))
+        #expect(p.now < .seconds(1), "no retransmission was needed")
+        #expect(p.a.phase == .open && p.b.phase == .open)
+        // The negotiated map and compression are in force on both framers.
+        #expect(p.a.encoder.escapes == EscapeSet(accm: 0) && p.a.encoder.compressProtocol && p.a.encoder.compressAddressControl)
+        #expect(p.b.decoder.receiveACCM == 0)
+    }
+
+    @Test func ipPacketsFlowOnceIPCPIsOpen() {
+        var p = LinkPair(host, .terminal())
+        let early = p.a.send(ipPacket: [0x45], now: p.now)
+        #expect(!early)
+        p.start()
+        p.run(for: .seconds(10)) { $0.ipcpA != nil && $0.ipcpB != nil }
+        let packet: [UInt8] = [0x45, 0x00, 0x7E, 0x7D, 0x11, 0x13] + Array(0..<200)
+        let sent = p.a.send(ipPacket: packet, now: p.now)
+        #expect(sent)
+        p.run(for: .zero)
+        #expect(p.b.takeReceivedIPPackets() == [packet])
+        let tooLarge = p.a.send(ipPacket: [UInt8](repeating: 0x45, count: 1501), now: p.now)
+        #expect(!tooLarge, "larger than the peer's MRU")
+    }
+
+    @Test func lostConfigureRequestsAreRetransmitted() {
+        var p = LinkPair(host, .terminal())
+        var lost = 0
+        p.dropAtoB = { f in
+            if isLCP(ControlCode.configureRequest)(f) && lost < 3 { lost += 1; return true }
+            return false
+        }
+        p.start()
+        p.run(for: .seconds(30)) { $0.ipcpA != nil && $0.ipcpB != nil }
+        #expect(lost == 3)
+        #expect(p.ipcpA != nil && p.ipcpB != nil)
+        // Three restart intervals of 3 s went by.
+        #expect(p.now >= .seconds(9) && p.now < .seconds(12))
+    }
+
+    @Test func aPeerThatNeverAnswersEndsInStoppedAfterMaxConfigure() {
+        var p = LinkPair(host, .terminal())
+        p.bTalks = false
+        p.start()
+        p.run(for: .seconds(60)) { $0.downA != nil }
+        #expect(p.a.lcp.state == .stopped)
+        #expect(p.downA == .negotiationFailed("no response to LCP Configure-Requests"))
+        // Max-Configure (10) requests, 3 s apart: down after the tenth times out.
+        #expect(p.now == .seconds(30))
+    }
+
+    @Test func anMRUBelowOurMinimumIsNakdAndConverges() {
+        var small = LinkConfiguration.terminal()
+        small.lcp.mru = 100
+        var p = LinkPair(host, small)
+        var naks: [PPPFrame] = []
+        p.dropAtoB = { f in
+            if isLCP(ControlCode.configureNak)(f) { naks.append(f) }
+            return false
+        }
+        p.start()
+        p.run(for: .seconds(10)) { $0.ipcpA != nil && $0.ipcpB != nil }
+        #expect(naks.count == 1)
+        #expect(p.a.lcp.policy.result.transmitMRU == 128 && p.b.lcp.policy.result.receiveMRU == 128)
+    }
+
+    @Test func papInBothDirections() {
+        var h = host
+        h.lcp.requireAuthentication = .pap
+        h.authentication.peers = [Credentials(name: "terminal", secret: "s3cret")]
+        var t = LinkConfiguration.terminal()
+        t.lcp.authenticateWith = [.pap, .chapMD5]
+        t.authentication.local = Credentials(name: "terminal", secret: "s3cret")
+        var p = LinkPair(h, t)
+        p.start()
+        p.run(for: .seconds(10)) { $0.ipcpA != nil && $0.ipcpB != nil }
+        #expect(p.eventsA.contains(.authenticated(peerName: "terminal")))
+        #expect(p.ipcpA != nil && p.ipcpB != nil)
+    }
+
+    @Test func chapMD5InBothDirections() {
+        var h = host
+        h.lcp.requireAuthentication = .chapMD5
+        h.authentication.peers = [Credentials(name: "terminal", secret: "s3cret")]
+        var t = LinkConfiguration.terminal()
+        t.lcp.authenticateWith = [.chapMD5]
+        t.authentication.local = Credentials(name: "terminal", secret: "s3cret")
+        var p = LinkPair(h, t)
+        p.start()
+        p.run(for: .seconds(10)) { $0.ipcpA != nil && $0.ipcpB != nil }
+        #expect(p.eventsA.contains(.authenticated(peerName: "terminal")))
+        #expect(p.ipcpB != nil)
+    }
+
+    @Test func wrongSecretBringsTheLinkDownWithAReason() {
+        for proto in [AuthenticationProtocol.pap, .chapMD5] {
+            var h = host
+            h.lcp.requireAuthentication = proto
+            h.authentication.peers = [Credentials(name: "terminal", secret: "right")]
+            var t = LinkConfiguration.terminal()
+            t.lcp.authenticateWith = [proto]
+            t.authentication.local = Credentials(name: "terminal", secret: "wrong")
+            var p = LinkPair(h, t)
+            p.start()
+            p.run(for: .seconds(20)) { $0.downA != nil && $0.downB != nil }
+            guard case .authenticationFailed? = p.downA else { Issue.record("\(proto): host went down with \(String(describing: p.downA))"); continue }
+            guard case .authenticationFailed? = p.downB else { Issue.record("\(proto): terminal went down with \(String(describing: p.downB))"); continue }
+            #expect(p.ipcpA == nil && p.ipcpB == nil)
+        }
+    }
+
+    @Test func aPeerWithoutCredentialsRefusesToAuthenticate() {
+        var h = host
+        h.lcp.requireAuthentication = .pap
+        h.authentication.peers = [Credentials(name: "terminal", secret: "s3cret")]
+        var p = LinkPair(h, .terminal())
+        p.start()
+        p.run(for: .seconds(30)) { $0.downA != nil }
+        #expect(p.downA == .negotiationFailed("peer refused to authenticate with pap"))
+    }
+
+    @Test func aLoopedBackLineIsDetected() {
+        // One link talking to itself: its own Configure-Requests come back with its magic.
+        var link = PPPLink(configuration: host, seed: 7)
+        var now = Instant.zero
+        link.open(now: now)
+        var events: [LinkEvent] = []
+        for _ in 0..<200 where link.downReason == nil {
+            let out = link.takeTransmit()
+            if out.isEmpty {
+                guard let next = link.pollAt else { break }
+                now = next
+                link.poll(now: now)
+            } else {
+                link.receive(out, now: now)
+            }
+            events += link.takeEvents()
+        }
+        #expect(link.downReason == .loopback)
+        #expect(events.contains(.down(.loopback)))
+    }
+
+    @Test func echoFailuresBringTheLinkDown() {
+        var h = host
+        h.echo.interval = .seconds(1)
+        h.echo.failureLimit = 3
+        var p = LinkPair(h, .terminal())
+        p.start()
+        p.run(for: .seconds(10)) { $0.ipcpA != nil && $0.ipcpB != nil }
+        // Echoes are answered while the peer talks: the link stays up 20 s.
+        let opened = p.now
+        p.run(for: .seconds(20)) { $0.downA != nil }
+        #expect(p.downA == nil)
+        p.bTalks = false
+        let silent = p.now
+        p.run(for: .seconds(20)) { $0.downA != nil }
+        #expect(p.downA == .echoTimeout(missed: 3))
+        // Within interval × failures + 1 s of the peer going silent.
+        #expect(p.now - silent <= .seconds(4))
+        #expect(opened < silent)
+        #expect(p.eventsA.contains(.echoMissed(1)) && p.eventsA.contains(.echoMissed(2)))
+    }
+
+    @Test func adaptiveEchoesOnlyProbeAnIdleLine() {
+        var h = host
+        h.echo.interval = .seconds(1)
+        h.echo.failureLimit = 3
+        h.echo.adaptive = true
+        var p = LinkPair(h, .terminal())
+        p.start()
+        p.run(for: .seconds(10)) { $0.ipcpA != nil && $0.ipcpB != nil }
+        var echoRequests = 0
+        p.dropAtoB = { f in
+            if isLCP(ControlCode.echoRequest)(f) { echoRequests += 1 }
+            return false
+        }
+        // The terminal sends a packet every 0.5 s: the host never needs to probe.
+        for _ in 0..<20 {
+            p.b.send(ipPacket: [0x45, 0, 0, 20], now: p.now)
+            p.run(for: .milliseconds(500))
+        }
+        #expect(echoRequests == 0)
+        #expect(p.downA == nil)
+    }
+
+    @Test func closingSendsTerminateAndThePeerSeesIt() {
+        var p = LinkPair(host, .terminal())
+        p.start()
+        p.run(for: .seconds(10)) { $0.ipcpA != nil && $0.ipcpB != nil }
+        p.a.close(now: p.now)
+        p.run(for: .seconds(10)) { $0.downA != nil && $0.downB != nil }
+        #expect(p.downA == .closedByUs)
+        #expect(p.downB == .peerTerminated("User request"))
+        #expect(p.eventsB.contains(.ipcpClosed))
+    }
+
+    @Test func aRejectedIPCPIsStoppedNotRetried() {
+        var p = LinkPair(host, .terminal())
+        p.start()
+        p.run(for: .seconds(1)) { $0.a.lcp.state == .opened && $0.b.lcp.state == .opened }
+        // The terminal rejects IPCP as a protocol, as a peer without IPv4 would.
+        let reject = ControlPacket(code: ControlCode.protocolReject, identifier: 0x99, data: [0x80, 0x21, 1, 1, 0, 4])
+        var encoder = HDLCEncoder(escapes: EscapeSet(accm: 0))
+        encoder.compressAddressControl = false
+        p.a.receive(encoder.encode(protocol: ProtocolNumber.lcp, information: reject.emit()), now: p.now)
+        p.run(for: .seconds(30)) { $0.downA != nil }
+        #expect(p.downA == .networkFailed("Protocol-Reject"))
+    }
+
+    @Test func unknownProtocolsGetAProtocolReject() {
+        var p = LinkPair(host, .terminal())
+        p.start()
+        p.run(for: .seconds(10)) { $0.ipcpA != nil && $0.ipcpB != nil }
+        let ccp = ControlPacket(code: 1, identifier: 1, data: [])
+        let encoder = HDLCEncoder(escapes: EscapeSet(accm: 0))
+        var rejects: [PPPFrame] = []
+        p.dropBtoA = { f in
+            if isLCP(ControlCode.protocolReject)(f) { rejects.append(f) }
+            return false
+        }
+        p.b.receive(encoder.encode(protocol: ProtocolNumber.ccp, information: ccp.emit()), now: p.now)
+        p.run(for: .zero)
+        #expect(rejects.count == 1)
+        #expect(rejects.first.map { Array($0.information[4...5]) } == [0x80, 0xFD])
+        #expect(p.b.unknownProtocolFrames == 1)
+    }
+
+    @Test func answersPppdsOwnConfigureRequest() throws {
+        // pppd's first LCP Configure-Request as it went on the line (pppd-record_default.pppd).
+        var link = PPPLink(configuration: host, seed: 3)
+        link.open(now: .zero)
+        _ = link.takeTransmit()
+        let pppd: [UInt8] = [0x7e, 0xff, 0x7d, 0x23, 0xc0, 0x21, 0x7d, 0x21, 0x7d, 0x21, 0x7d, 0x20, 0x7d, 0x34, 0x7d, 0x22, 0x7d, 0x26,
+                             0x7d, 0x20, 0x7d, 0x20, 0x7d, 0x20, 0x7d, 0x20, 0x7d, 0x25, 0x7d, 0x26, 0x7d, 0x2c, 0xf6, 0x7d, 0x5e, 0x7d,
+                             0x5e, 0x7d, 0x27, 0x7d, 0x22, 0x7d, 0x28, 0x7d, 0x22, 0x39, 0x6d, 0x7e]
+        link.receive(pppd, now: .zero)
+        var d = HDLCDecoder()
+        let replies = d.decode(link.takeTransmit())
+        let ack = try ControlPacket(parsing: try #require(replies.first).information)
+        #expect(ack.code == ControlCode.configureAck && ack.identifier == 1)
+        #expect(try ConfigurationOption.parseList(ack.data).map(LCPOption.init) ==
+                [.asyncControlCharacterMap(0), .magicNumber(0x0CF6_7E7E), .protocolFieldCompression, .addressControlFieldCompression])
+    }
+}
+
