@@ -59,6 +59,8 @@ let package = Package(
         .testTarget(name: "NetStackTests", dependencies: ["NetStack"]),
         .testTarget(name: "CaptureTests", dependencies: ["Capture", "Framing", "PPP", "NetStack", "Crypto"]),
         .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Capture"]),
+        // Real peers: Debian's pppd in a QEMU VM (Tools/vmpeer) against the built `pppbridge`.
+        .testTarget(name: "InteropTests", dependencies: ["pppbridge"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -46,6 +46,12 @@ public final class LinkSession {
             Glibc.close(fds[1])
         }
         signalPipeWriter = fds[1]
+        // A parent may have started us with these blocked; we must see them.
+        var unblock = sigset_t()
+        sigemptyset(&unblock)
+        sigaddset(&unblock, SIGINT)
+        sigaddset(&unblock, SIGTERM)
+        pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
         for s in [SIGINT, SIGTERM] {
             var action = sigaction()
             action.__sigaction_handler.sa_handler = { signo in

@@ -1,0 +1,185 @@
+import Foundation
+import Testing
+
+/// pppbridge against Debian's pppd 2.4.9 and Linux 6.1 in a QEMU VM on a pty. Each test boots
+/// its own VM with the pppd options under test (Tools/vmpeer), attaches `pppbridge run`, and
+/// checks both sides' logs: pppd's debug log on the guest console, and ours.
+@Suite(.serialized, .enabled(if: VMPeer.unavailable == nil, "\(VMPeer.unavailable ?? "")"))
+struct PPPDInteropTests {
+    /// Both sides must report IPCP opened within this long after we attach to the line.
+    static let openWithin: TimeInterval = 10
+
+    struct Session {
+        var vm: VMPeer
+        var bridge: BridgeProcess
+        var openedAfter: TimeInterval
+    }
+
+    /// Boots pppd with `vmOptions`, starts `pppbridge run --device PTY ourOptions`, waits for
+    /// IPCP on both sides, runs `body`, then closes everything.
+    func withSession(vm vmOptions: [String], ours: [String], expectOpen: Bool = true,
+                     _ body: (Session) throws -> Void) throws {
+        let vm = try VMPeer(vmOptions)
+        defer { vm.stop() }
+        let started = Date()
+        let bridge = try BridgeProcess(["--device", vm.pty] + ours)
+        defer { bridge.cleanUp() }
+        var opened: TimeInterval = .infinity
+        if expectOpen {
+            let ok = eventually(PPPDInteropTests.openWithin) { bridge.has("IPCP opened") && vm.log.contains("VMPEER: LINK UP") }
+            opened = Date().timeIntervalSince(started)
+            print("pppd interop: IPCP opened on both sides \(String(format: "%.1f", opened)) s after attaching (VM boot \(vm.bootSeconds) s, pppd \(vmOptions.joined(separator: " ")))")
+            #expect(ok, "IPCP did not open on both sides within \(PPPDInteropTests.openWithin) s (boot took \(vm.bootSeconds) s)\n--- pppbridge:\n\(bridge.output)\n--- pppd:\n\(vm.log.suffix(3000))")
+            guard ok else { return }
+        }
+        try body(Session(vm: vm, bridge: bridge, openedAfter: opened))
+    }
+
+    /// pppd's own summary of the addresses it settled.
+    func expectPppdAddresses(_ vm: VMPeer, local: String, remote: String, sourceLocation: SourceLocation = #_sourceLocation) {
+        #expect(vm.log.contains("local  IP address \(local)"), "pppd log:\n\(vm.log.suffix(2000))", sourceLocation: sourceLocation)
+        #expect(vm.log.contains("remote IP address \(remote)"), sourceLocation: sourceLocation)
+    }
+
+    func expectOurAddresses(_ b: BridgeProcess, local: String, remote: String, sourceLocation: SourceLocation = #_sourceLocation) {
+        #expect(b.has("local  IP address \(local)"), "pppbridge:\n\(b.output)", sourceLocation: sourceLocation)
+        #expect(b.has("remote IP address \(remote)"), sourceLocation: sourceLocation)
+    }
+
+    @Test func pppdAcceptsOurAddressesAndDNSAndSeesOurTerminate() throws {
+        try withSession(vm: ["-r", "client", "-x", "noipv6 usepeerdns"],
+                        ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15", "--dns", "10.0.2.3"]) { s in
+            expectPppdAddresses(s.vm, local: "10.0.2.15", remote: "10.0.2.2")
+            expectOurAddresses(s.bridge, local: "10.0.2.2", remote: "10.0.2.15")
+            #expect(eventually(5) { s.vm.log.contains("primary   DNS address 10.0.2.3") }, "pppd did not take our DNS")
+            // SIGTERM: LCP Terminate on the line, pppd acknowledges it, we exit 0.
+            #expect(s.bridge.terminate() == 0)
+            #expect(eventually(5) { s.vm.log.contains("rcvd [LCP TermReq") && s.vm.log.contains("sent [LCP TermAck") },
+                    "pppd log:\n\(s.vm.log.suffix(1500))")
+            #expect(s.bridge.has("link down: closed by us"))
+            try expectCleanPcap(s.bridge)
+        }
+    }
+
+    @Test func pppdProposesBothAddresses() throws {
+        try withSession(vm: ["-r", "server", "-L", "10.0.2.15", "-R", "10.0.2.2", "-x", "noipv6 ms-dns 10.0.2.53"],
+                        ours: ["--role", "terminal"]) { s in
+            expectPppdAddresses(s.vm, local: "10.0.2.15", remote: "10.0.2.2")
+            expectOurAddresses(s.bridge, local: "10.0.2.2", remote: "10.0.2.15")
+            // ms-dns: the terminal role asks and is given pppd's DNS server.
+            #expect(s.bridge.has("primary   DNS address 10.0.2.53"), "pppbridge:\n\(s.bridge.output)")
+            #expect(s.bridge.terminate() == 0)
+        }
+    }
+
+    @Test func asyncmapZeroMRU296AndNoVJ() throws {
+        try withSession(vm: ["-x", "noipv6 asyncmap 0 mru 296 novj"],
+                        ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15", "--novj"]) { s in
+            // pppd's MRU 296 limits what we send; the map is 0 both ways.
+            #expect(s.bridge.has("LCP opened: mru 1500/296, asyncmap rx 0x0 tx 0x0, pcomp, accomp"), "pppbridge:\n\(s.bridge.output)")
+            #expect(!s.vm.log.contains("compress VJ"), "pppd asked for VJ despite novj")
+            expectPppdAddresses(s.vm, local: "10.0.2.15", remote: "10.0.2.2")
+            #expect(s.bridge.terminate() == 0)
+        }
+    }
+
+    @Test func defaultAsyncmapWithoutHeaderCompression() throws {
+        try withSession(vm: ["-x", "noipv6 default-asyncmap nopcomp noaccomp"],
+                        ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15"]) { s in
+            // pppd neither asks for a map nor takes ours; nor any header compression.
+            #expect(s.bridge.has("LCP opened: mru 1500/1500, asyncmap rx 0xffffffff tx 0xffffffff\n"), "pppbridge:\n\(s.bridge.output)")
+            expectPppdAddresses(s.vm, local: "10.0.2.15", remote: "10.0.2.2")
+            #expect(s.bridge.terminate() == 0)
+        }
+    }
+
+    @Test func pppdRequiresUsToAuthenticateWithPAP() throws {
+        try withSession(vm: ["-x", "noipv6 +pap"], ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15",
+                                                         "--user", "pbuser", "--password", "pb-secret"], expectOpen: false) { s in
+            // pppd checks our credentials against its pap-secrets.
+            s.vm.guest("echo 'pbuser * pb-secret *' > /etc/ppp/pap-secrets")
+            let ok = eventually(20) { s.bridge.has("IPCP opened") && s.vm.log.contains("VMPEER: LINK UP") }
+            #expect(ok, "pppbridge:\n\(s.bridge.output)\n--- pppd:\n\(s.vm.log.suffix(2500))")
+            #expect(s.bridge.has("we authenticate with pap"))
+            #expect(s.vm.log.contains("rcvd [PAP AuthReq id=0x1 user=\"pbuser\""))
+            #expect(s.vm.log.contains("PAP peer authentication succeeded for pbuser"))
+            #expect(s.bridge.terminate() == 0)
+        }
+    }
+
+    @Test func pppdRequiresUsToAuthenticateWithCHAP() throws {
+        try withSession(vm: ["-x", "noipv6 +chap"], ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15",
+                                                          "--user", "pbuser", "--password", "pb-secret"], expectOpen: false) { s in
+            s.vm.guest("echo 'pbuser * pb-secret *' > /etc/ppp/chap-secrets")
+            let ok = eventually(20) { s.bridge.has("IPCP opened") && s.vm.log.contains("VMPEER: LINK UP") }
+            #expect(ok, "pppbridge:\n\(s.bridge.output)\n--- pppd:\n\(s.vm.log.suffix(2500))")
+            #expect(s.bridge.has("we authenticate with chap-md5"))
+            #expect(s.vm.log.contains("rcvd [CHAP Response") && s.vm.log.contains("sent [CHAP Success"), "pppd log:\n\(s.vm.log.suffix(2000))")
+            #expect(s.bridge.terminate() == 0)
+        }
+    }
+
+    @Test func weRequirePppdToAuthenticateWithPAP() throws {
+        try withSession(vm: ["-x", "noipv6 user vmpeer password vmpeer-secret"],
+                        ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15", "--require-pap", "--peer", "vmpeer:vmpeer-secret"]) { s in
+            #expect(s.bridge.has("authentication succeeded (peer \"vmpeer\")"), "pppbridge:\n\(s.bridge.output)")
+            #expect(s.vm.log.contains("PAP authentication succeeded"))
+            expectPppdAddresses(s.vm, local: "10.0.2.15", remote: "10.0.2.2")
+            #expect(s.bridge.terminate() == 0)
+        }
+    }
+
+    @Test func wrongPAPSecretIsRefusedWithAReason() throws {
+        try withSession(vm: ["-x", "noipv6 user vmpeer password wrong"],
+                        ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15", "--require-pap", "--peer", "vmpeer:vmpeer-secret"],
+                        expectOpen: false) { s in
+            let status = s.bridge.waitForExit(30)
+            #expect(status == 11, "pppbridge:\n\(s.bridge.output)")
+            #expect(s.bridge.has("link down: authentication failed: peer \"vmpeer\" failed PAP authentication"))
+        }
+    }
+
+    @Test func echoesKeepTheLinkUpThenDetectPppdGone() throws {
+        try withSession(vm: ["-x", "noipv6 lcp-echo-interval 1 lcp-echo-failure 3"],
+                        ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15", "--lcp-echo-interval", "1", "--lcp-echo-failure", "3"]) { s in
+            // Twenty seconds of echoes both ways, no failure on either side.
+            Thread.sleep(forTimeInterval: 20)
+            #expect(s.bridge.isRunning && !s.bridge.has("link down"), "pppbridge:\n\(s.bridge.output)")
+            #expect(!s.vm.log.contains("VMPEER: LINK DOWN"))
+            // Echoes went both ways: ours answered, and we answered pppd's.
+            #expect(s.bridge.has("sent [LCP EchoReq") && s.bridge.has("rcvd [LCP EchoRep"), "pppbridge:\n\(s.bridge.output.suffix(1500))")
+            #expect(s.bridge.has("rcvd [LCP EchoReq") && s.bridge.has("sent [LCP EchoRep"))
+            // pppd killed outright: nothing more on the line; our echoes find out.
+            let killed = Date()
+            s.vm.guest("vmpeer-pppd kill")
+            let status = s.bridge.waitForExit(15)
+            let after = Date().timeIntervalSince(killed)
+            #expect(status == 15, "pppbridge:\n\(s.bridge.output)")
+            #expect(s.bridge.has("link down: no response to 3 echo-requests"))
+            // interval × failures + 1 s, with the guest's command latency on top.
+            #expect(after <= 1 * 3 + 1 + 1.5, "took \(after) s")
+        }
+    }
+
+    @Test func theVMGoingAwayIsALineHangUp() throws {
+        try withSession(vm: ["-x", "noipv6"], ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15"]) { s in
+            s.vm.stop()
+            let status = s.bridge.waitForExit(10)
+            #expect(status == 16, "pppbridge:\n\(s.bridge.output)")
+            #expect(s.bridge.has("link down: line hang-up"))
+        }
+    }
+
+    /// Our capture of the live link decodes in tshark without a malformed frame.
+    func expectCleanPcap(_ bridge: BridgeProcess) throws {
+        guard let tshark = ["/usr/bin/tshark", "/usr/local/bin/tshark"].first(where: FileManager.default.isExecutableFile) else {
+            if ProcessInfo.processInfo.environment["CI"] != nil { Issue.record("tshark is missing; CI installs it") }
+            return
+        }
+        let r = try runCommand(tshark, ["-r", bridge.pcapPath, "-T", "fields", "-e", "frame.number", "-e", "ppp.protocol", "-e", "_ws.malformed"], timeout: 60)
+        #expect(r.status == 0, "\(r.output)")
+        let rows = r.output.split(separator: "\n").filter { $0.first?.isNumber == true }
+        #expect(rows.count >= 8, "\(r.output)")
+        #expect(!r.output.contains("_ws.malformed") && !r.output.lowercased().contains("malformed"), "\(r.output)")
+    }
+}
