@@ -47,10 +47,11 @@ let package = Package(
             path: "Tools/Bench"
         ),
 
-        .executableTarget(name: "FuzzStreamDecoder", dependencies: ["Framing"], path: "Tools/Fuzz/StreamDecoder"),
+        .target(name: "FuzzSupport", path: "Tools/Fuzz/Support"),
+        .executableTarget(name: "FuzzStreamDecoder", dependencies: ["Framing", "FuzzSupport"], path: "Tools/Fuzz/StreamDecoder"),
         .executableTarget(
             name: "FuzzPacketParsers",
-            dependencies: ["Framing", "PPP", "NetStack", "Capture"],
+            dependencies: ["Framing", "PPP", "NetStack", "Capture", "FuzzSupport"],
             path: "Tools/Fuzz/PacketParsers"
         ),
 

@@ -7,9 +7,7 @@ import Capture
 import Framing
 import NetStack
 import PPP
-#if !FUZZING
-import Foundation
-#endif
+import FuzzSupport
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzPacketParsers(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
@@ -49,29 +47,12 @@ public func fuzzPacketParsers(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CIn
 }
 
 #if FUZZING
-/// libFuzzer's driver (LLVM ≥ 11), called from the entry point SwiftPM links executables with.
-@_silgen_name("LLVMFuzzerRunDriver")
-func LLVMFuzzerRunDriver(
-    _ argc: UnsafeMutablePointer<CInt>,
-    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
-    _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
-) -> CInt
-
 @_cdecl("FuzzPacketParsers_main")
 func fuzzerMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
-    var count = argc
-    var arguments = argv
-    return LLVMFuzzerRunDriver(&count, &arguments, fuzzPacketParsers)
+    runFuzzer(argc, argv, fuzzPacketParsers)
 }
 #else
-/// Without libFuzzer: replays the files named on the command line (crash reproducers, seeds).
 @main struct Replay {
-    static func main() {
-        for path in CommandLine.arguments.dropFirst() {
-            let bytes = [UInt8](FileManager.default.contents(atPath: path) ?? Data())
-            _ = bytes.withUnsafeBufferPointer { fuzzPacketParsers($0.baseAddress, $0.count) }
-            print("ok \(path)")
-        }
-    }
+    static func main() { replay(fuzzPacketParsers) }
 }
 #endif

@@ -4,9 +4,7 @@
 // settings taken from them too, and the result must not depend on the chunking; every frame
 // delivered must re-encode and decode to itself. Build and run with Tools/fuzz.sh.
 import Framing
-#if !FUZZING
-import Foundation
-#endif
+import FuzzSupport
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzStreamDecoder(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
@@ -44,29 +42,12 @@ public func fuzzStreamDecoder(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CIn
 }
 
 #if FUZZING
-/// libFuzzer's driver (LLVM ≥ 11), called from the entry point SwiftPM links executables with.
-@_silgen_name("LLVMFuzzerRunDriver")
-func LLVMFuzzerRunDriver(
-    _ argc: UnsafeMutablePointer<CInt>,
-    _ argv: UnsafeMutablePointer<UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?>,
-    _ callback: @convention(c) (UnsafePointer<UInt8>?, Int) -> CInt
-) -> CInt
-
 @_cdecl("FuzzStreamDecoder_main")
 func fuzzerMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
-    var count = argc
-    var arguments = argv
-    return LLVMFuzzerRunDriver(&count, &arguments, fuzzStreamDecoder)
+    runFuzzer(argc, argv, fuzzStreamDecoder)
 }
 #else
-/// Without libFuzzer: replays the files named on the command line (crash reproducers, seeds).
 @main struct Replay {
-    static func main() {
-        for path in CommandLine.arguments.dropFirst() {
-            let bytes = [UInt8](FileManager.default.contents(atPath: path) ?? Data())
-            _ = bytes.withUnsafeBufferPointer { fuzzStreamDecoder($0.baseAddress, $0.count) }
-            print("ok \(path)")
-        }
-    }
+    static func main() { replay(fuzzStreamDecoder) }
 }
 #endif
