@@ -33,6 +33,8 @@ struct PPPDInteropTests {
             guard ok else { return }
         }
         try body(Session(vm: vm, bridge: bridge, openedAfter: opened))
+        // Whatever happened, our capture of the live link decodes cleanly.
+        try expectCleanPcap(bridge)
     }
 
     /// pppd's own summary of the addresses it settled.
@@ -57,7 +59,6 @@ struct PPPDInteropTests {
             #expect(eventually(5) { s.vm.log.contains("rcvd [LCP TermReq") && s.vm.log.contains("sent [LCP TermAck") },
                     "pppd log:\n\(s.vm.log.suffix(1500))")
             #expect(s.bridge.has("link down: closed by us"))
-            try expectCleanPcap(s.bridge)
         }
     }
 
@@ -179,7 +180,7 @@ struct PPPDInteropTests {
         let r = try runCommand(tshark, ["-r", bridge.pcapPath, "-T", "fields", "-e", "frame.number", "-e", "ppp.protocol", "-e", "_ws.malformed"], timeout: 60)
         #expect(r.status == 0, "\(r.output)")
         let rows = r.output.split(separator: "\n").filter { $0.first?.isNumber == true }
-        #expect(rows.count >= 8, "\(r.output)")
+        #expect(rows.count >= 4, "\(r.output)")
         #expect(!r.output.contains("_ws.malformed") && !r.output.lowercased().contains("malformed"), "\(r.output)")
     }
 }
