@@ -147,6 +147,7 @@ public final class LinkSession {
                 link.lineDown(now: now)
                 return
             }
+            line.peerAttached()
             let chunk = Array(buffer[0..<count])
             record?.record(.received, chunk, elapsedTenths: tenths(now))
             link.receive(chunk, now: now)

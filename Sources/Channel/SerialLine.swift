@@ -8,8 +8,8 @@ public final class SerialLine {
     public let descriptor: Int32
     /// For a pty we created: the name other programs open.
     public let peerPath: String?
-    /// For a pty we created: we hold the other side open too, so the line does not read as
-    /// hung up before a program attaches (pppd's peer then detects loss with LCP echoes).
+    /// For a pty we created: we hold the other side open until a program attaches, so the
+    /// line does not read as hung up before that (see `peerAttached`).
     private var heldPeer: Int32 = -1
     private var symlinkPath: String?
     private var closed = false
@@ -93,6 +93,14 @@ public final class SerialLine {
             2_000_000: B2000000, 3_000_000: B3000000, 4_000_000: B4000000,
         ]
         return table[rate].map { speed_t($0) }
+    }
+
+    /// For a pty we created: the other side has a program on it (it sent us bytes), so we let
+    /// go of our own hold; when that program goes, reads then fail and the line is down.
+    public func peerAttached() {
+        guard heldPeer >= 0 else { return }
+        Glibc.close(heldPeer)
+        heldPeer = -1
     }
 
     /// Closes the line (and removes the symlink we made). Idempotent; also done on deinit.

@@ -51,6 +51,14 @@ public struct EscapeSet: Sendable, Equatable {
         return (w >> UInt64(value & 63)) & 1 != 0
     }
 
+    /// The same set with every control character in it (RFC 1662 §7.1: LCP negotiation
+    /// packets ignore the ACCM, but not the extra values).
+    public var withAllControlCharacters: EscapeSet {
+        var s = self
+        s.words.0 |= 0xFFFF_FFFF
+        return s
+    }
+
     /// The low 32 bits: the ACCM part.
     public var accm: UInt32 { UInt32(truncatingIfNeeded: words.0) }
 

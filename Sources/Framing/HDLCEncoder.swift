@@ -16,8 +16,9 @@ public struct HDLCEncoder: Sendable {
 
     private var escapeTable: EscapeTable
     private var scanMode: ScanMode
-    /// Used for LCP codes 1–7, which always go with every control character escaped.
-    private static let defaultTable = EscapeTable(.allControlCharacters)
+    /// For LCP codes 1–7: every control character escaped, plus the extra values.
+    private var lcpTable: EscapeTable
+    private var lcpScanMode: ScanMode
 
     public init(fcs: FCSKind = .fcs16, escapes: EscapeSet = .allControlCharacters,
                 compressAddressControl: Bool = false, compressProtocol: Bool = false) {
@@ -27,11 +28,17 @@ public struct HDLCEncoder: Sendable {
         self.compressProtocol = compressProtocol
         self.escapeTable = EscapeTable(escapes)
         self.scanMode = ScanMode(accm: escapes.accm, accmOnly: escapes.isACCMOnly)
+        let lcp = escapes.withAllControlCharacters
+        self.lcpTable = EscapeTable(lcp)
+        self.lcpScanMode = ScanMode(accm: lcp.accm, accmOnly: lcp.isACCMOnly)
     }
 
     private mutating func rebuildTables() {
         escapeTable = EscapeTable(escapes)
         scanMode = ScanMode(accm: escapes.accm, accmOnly: escapes.isACCMOnly)
+        let lcp = escapes.withAllControlCharacters
+        lcpTable = EscapeTable(lcp)
+        lcpScanMode = ScanMode(accm: lcp.accm, accmOnly: lcp.isACCMOnly)
     }
 
     /// The most bytes `encode` appends for an information field of `count` bytes.
@@ -64,8 +71,8 @@ public struct HDLCEncoder: Sendable {
                 headerCount += 2
             }
         }
-        let table = lcpNegotiation ? HDLCEncoder.defaultTable : escapeTable
-        let mode = lcpNegotiation ? ScanMode.controlsFlagAndEscape : scanMode
+        let table = lcpNegotiation ? lcpTable : escapeTable
+        let mode = lcpNegotiation ? lcpScanMode : scanMode
         let needsOpeningFlag = out.last != HDLC.flag
         let start = out.count
         let worst = HDLCEncoder.maximumEncodedLength(informationCount: information.count, fcs: fcs) + 8

@@ -44,9 +44,14 @@ public struct Authenticator: Sendable {
     private var localDone = false
     private var peerName: String?
     private var peerDone = false
-    private var identifier: UInt8 = 0
-    private var transmissions = 0
-    private var retransmitAt: Instant?
+    // PAP requests and CHAP challenges each have their own identifiers and timers: we may be
+    // authenticating ourselves with one while the peer answers the other.
+    private var papIdentifier: UInt8 = 0
+    private var papTransmissions = 0
+    private var papRetransmitAt: Instant?
+    private var chapIdentifier: UInt8 = 0x40
+    private var chapTransmissions = 0
+    private var chapRetransmitAt: Instant?
     private var peerDeadline: Instant?
     private var challenge: [UInt8] = []
     private var outputs: [(UInt16, ControlPacket)] = []
@@ -60,7 +65,7 @@ public struct Authenticator: Sendable {
         peerDone = peer == nil
     }
 
-    public var deadline: Instant? { earliest(retransmitAt, peerDeadline) }
+    public var deadline: Instant? { outcome == nil ? earliest(papRetransmitAt, chapRetransmitAt, peerDeadline) : nil }
 
     public mutating func takeOutputs() -> [(UInt16, ControlPacket)] {
         defer { outputs = [] }
@@ -83,13 +88,21 @@ public struct Authenticator: Sendable {
             fail("peer did not authenticate within \(configuration.peerTimeout)")
             return
         }
-        if let r = retransmitAt, now >= r {
-            retransmitAt = nil
-            guard transmissions < configuration.maxTransmissions else {
-                fail(local == .pap && !localDone ? "no answer to PAP Authenticate-Request" : "no answer to CHAP Challenge")
+        if let r = papRetransmitAt, now >= r {
+            papRetransmitAt = nil
+            guard papTransmissions < configuration.maxTransmissions else {
+                fail("no answer to PAP Authenticate-Request")
                 return
             }
-            if local == .pap && !localDone { sendPAPRequest(now: now) } else if peer == .chapMD5 && !peerDone { sendChallenge(now: now) }
+            sendPAPRequest(now: now)
+        }
+        if let r = chapRetransmitAt, now >= r {
+            chapRetransmitAt = nil
+            guard chapTransmissions < configuration.maxTransmissions else {
+                fail("no answer to CHAP Challenge")
+                return
+            }
+            sendChallenge(now: now)
         }
     }
 
@@ -97,7 +110,7 @@ public struct Authenticator: Sendable {
     public mutating func receive(protocol proto: UInt16, _ packet: ControlPacket, now: Instant) {
         switch proto {
         case ProtocolNumber.pap:
-            guard let pap = try? PAPPacket(packet) else { return }
+            guard let pap = try? PAPPacket(packet, lenient: true) else { return }
             receivePAP(pap)
         case ProtocolNumber.chap:
             guard let chap = try? CHAPPacket(packet) else { return }
@@ -126,11 +139,11 @@ public struct Authenticator: Sendable {
                 fail("peer \"\(name)\" failed PAP authentication")
             }
         case let .authenticateAck(id, _):
-            guard local == .pap, !localDone, id == identifier else { return }
+            guard local == .pap, !localDone, id == papIdentifier else { return }
             localDone = true
-            retransmitAt = nil
+            papRetransmitAt = nil
         case let .authenticateNak(id, message):
-            guard local == .pap, !localDone, id == identifier else { return }
+            guard local == .pap, !localDone, id == papIdentifier else { return }
             fail("PAP authentication refused by the peer" + (message.isEmpty ? "" : ": \(String(decoding: message, as: UTF8.self))"))
         }
     }
@@ -143,7 +156,7 @@ public struct Authenticator: Sendable {
             let response = Digest.md5([id], Array(credentials.secret.utf8), value)
             outputs.append((ProtocolNumber.chap, CHAPPacket.response(identifier: id, value: response, name: Array(credentials.name.utf8)).packet))
         case let .response(id, value, nameBytes):
-            guard peer == .chapMD5, id == identifier, !challenge.isEmpty else { return }
+            guard peer == .chapMD5, id == chapIdentifier, !challenge.isEmpty else { return }
             let name = String(decoding: nameBytes, as: UTF8.self)
             let ok = configuration.peers.contains {
                 $0.name == name && Digest.constantTimeEqual(Digest.md5([id], Array($0.secret.utf8), challenge), value)
@@ -153,7 +166,7 @@ public struct Authenticator: Sendable {
             if ok {
                 peerDone = true
                 peerName = name
-                retransmitAt = nil
+                chapRetransmitAt = nil
                 peerDeadline = nil
             } else if outcome == nil {
                 fail("peer \"\(name)\" failed CHAP authentication")
@@ -172,32 +185,29 @@ public struct Authenticator: Sendable {
             fail("the peer requires PAP and no credentials are configured")
             return
         }
-        identifier &+= 1
-        transmissions += 1
-        outputs.append((ProtocolNumber.pap, PAPPacket.authenticateRequest(identifier: identifier, peerID: Array(credentials.name.utf8),
+        papIdentifier &+= 1
+        papTransmissions += 1
+        outputs.append((ProtocolNumber.pap, PAPPacket.authenticateRequest(identifier: papIdentifier, peerID: Array(credentials.name.utf8),
                                                                          password: Array(credentials.secret.utf8)).packet))
-        retransmitAt = now + configuration.restartInterval
+        papRetransmitAt = now + configuration.restartInterval
     }
 
     private mutating func sendChallenge(now: Instant) {
-        identifier &+= 1
-        transmissions += 1
-        outputs.append((ProtocolNumber.chap, CHAPPacket.challenge(identifier: identifier, value: challenge,
+        chapIdentifier &+= 1
+        chapTransmissions += 1
+        outputs.append((ProtocolNumber.chap, CHAPPacket.challenge(identifier: chapIdentifier, value: challenge,
                                                                   name: Array(configuration.localName.utf8)).packet))
-        retransmitAt = now + configuration.restartInterval
+        chapRetransmitAt = now + configuration.restartInterval
     }
 
     private mutating func fail(_ reason: String) {
+        guard outcome == nil else { return }
         outcome = .failed(reason)
-        retransmitAt = nil
-        peerDeadline = nil
     }
 
     private mutating func finishIfDone() {
         if outcome == nil && localDone && peerDone {
             outcome = .succeeded(peerName: peerName)
-            retransmitAt = nil
-            peerDeadline = nil
         }
     }
 }

@@ -48,6 +48,8 @@ public struct IPCPPolicy: NegotiationPolicy {
     private var acceptedPeerAddress: IPv4Address?
     private var acknowledgedLocal: IPv4Address?
     private var acknowledgedDNS: [IPv4Address] = []
+    /// We told a peer that left out IP-Address which address it gets (once per negotiation).
+    private var hintedAddress = false
 
     public init(configuration: IPCPConfiguration) {
         self.configuration = configuration
@@ -68,6 +70,7 @@ public struct IPCPPolicy: NegotiationPolicy {
         local = configuration.localAddress
         askAddress = true
         dns = configuration.requestDNS ? [.any, .any] : []
+        hintedAddress = false
         failure = nil
     }
 
@@ -83,12 +86,14 @@ public struct IPCPPolicy: NegotiationPolicy {
         var naks: [ConfigurationOption] = []
         var rejects: [ConfigurationOption] = []
         var peerAddress: IPv4Address?
+        var sawAddress = false
         func nak(_ o: IPCPOption, else raw: ConfigurationOption) {
             if mayNak { naks.append(o.option) } else { rejects.append(raw) }
         }
         for raw in options {
             switch IPCPOption(raw) {
             case let .ipAddress(a):
+                sawAddress = true
                 if let assigned = configuration.peerAddress {
                     if a == assigned || (a != .any && configuration.acceptRemote) {
                         peerAddress = a
@@ -115,6 +120,12 @@ public struct IPCPPolicy: NegotiationPolicy {
             }
         }
         if !rejects.isEmpty { return .reject(rejects) }
+        // RFC 1332 §3.3: a peer that does not ask for an address is told the one it gets,
+        // once (pppd does the same); after that its silence is accepted.
+        if !sawAddress, let assigned = configuration.peerAddress, mayNak, !hintedAddress {
+            hintedAddress = true
+            naks.append(IPCPOption.ipAddress(assigned).option)
+        }
         if !naks.isEmpty { return .nak(naks) }
         acceptedPeerAddress = peerAddress
         return .ack
@@ -127,6 +138,8 @@ public struct IPCPPolicy: NegotiationPolicy {
     }
 
     public mutating func peerRefused(_ options: [ConfigurationOption], rejected: Bool) -> Bool {
+        // RFC 1661 §5.4: a Reject names only options we sent, unchanged.
+        if rejected && !options.allSatisfy(requestOptions().contains) { return false }
         for raw in options {
             switch IPCPOption(raw) {
             case let .ipAddress(a):
@@ -141,7 +154,7 @@ public struct IPCPPolicy: NegotiationPolicy {
             case let .secondaryDNS(a):
                 if dns.count > 1 { dns[1] = rejected ? nil : a }
             default:
-                if rejected { return false }
+                break
             }
         }
         return true

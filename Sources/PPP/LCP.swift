@@ -178,7 +178,10 @@ public struct LCPPolicy: NegotiationPolicy {
                     rejects.append(raw)
                 }
             case let .magicNumber(m):
-                if let ours = magic, m == ours {
+                if m == 0 {
+                    // RFC 1661 §6.4: zero is not a magic number.
+                    nak(.magicNumber(random.magic()), else: raw)
+                } else if let ours = magic, m == ours {
                     // RFC 1661 §6.4: our own number came back; Nak with a fresh one and count it.
                     loopbackNaks += 1
                     if loopbackNaks >= configuration.loopbackLimit { loopbackDetected = true }
@@ -214,10 +217,11 @@ public struct LCPPolicy: NegotiationPolicy {
     }
 
     public mutating func peerRefused(_ options: [ConfigurationOption], rejected: Bool) -> Bool {
+        // RFC 1661 §5.4: a Reject names only options we sent, unchanged; anything else makes
+        // the whole packet invalid, before any of it is applied.
         let requested = requestOptions()
+        if rejected && !options.allSatisfy(requested.contains) { return false }
         for raw in options {
-            // RFC 1661 §5.4: a Reject names only options we sent, unchanged.
-            if rejected && !requested.contains(raw) { return false }
             let option = LCPOption(raw)
             switch option {
             case let .maximumReceiveUnit(m):
@@ -245,7 +249,7 @@ public struct LCPPolicy: NegotiationPolicy {
             case .addressControlFieldCompression: acfc = false
             default:
                 // A Nak may suggest options we did not ask for; we do not take any up.
-                if rejected { return false }
+                break
             }
         }
         return true

@@ -124,8 +124,11 @@ public struct PPPLink: Sendable {
         lcp = OptionNegotiator(protocolNumber: ProtocolNumber.lcp,
                                policy: LCPPolicy(configuration: configuration.lcp, random: LinkRandom(seed: seed &+ 1)),
                                configuration: configuration.negotiation)
+        // Passive waiting is LCP's alone (as in pppd): an IPCP nobody answers ends the link.
+        var ipcpNegotiation = configuration.negotiation
+        ipcpNegotiation.passive = false
         ipcp = OptionNegotiator(protocolNumber: ProtocolNumber.ipcp, policy: IPCPPolicy(configuration: configuration.ipcp),
-                                configuration: configuration.negotiation)
+                                configuration: ipcpNegotiation)
         encoder = HDLCEncoder(fcs: .fcs16, escapes: EscapeSet(accm: 0xFFFF_FFFF, extra: configuration.extraEscapes))
         decoder = HDLCDecoder(fcs: .fcs16, mru: 1500, receiveACCM: 0xFFFF_FFFF)
     }
@@ -147,8 +150,11 @@ public struct PPPLink: Sendable {
         pendingDown = .closedByUs
         // LCP's Terminate takes the NCPs down with it (RFC 1661 §3.7), as pppd does.
         if lcp.state == .opened || [.requestSent, .ackReceived, .ackSent].contains(lcp.state) { setPhase(.terminate) }
+        let wasStopped = lcp.state == .stopped
         lcp.close(now: now, reason: reason)
         process(now: now)
+        // Stopped → Closed has no Terminate exchange to wait for (pppd finishes at once too).
+        if wasStopped { finish(.closedByUs) }
     }
 
     /// The line itself went away (hang-up, device error).
@@ -252,8 +258,9 @@ public struct PPPLink: Sendable {
         case ProtocolNumber.ipv4:
             if ipcp.state == .opened { receivedIP.append(frame.information) }
         default:
-            // RFC 1661 §5.7: unknown protocols get a Protocol-Reject once LCP is open.
-            guard lcp.state == .opened else { return }
+            // RFC 1661 §5.7: unknown protocols get a Protocol-Reject once LCP is open; during
+            // authentication everything else is silently discarded (§3.5).
+            guard lcp.state == .opened, phase == .network || phase == .open else { return }
             unknownProtocolFrames += 1
             lcpIdentifier &+= 1
             let room = max(0, lcp.policy.result.transmitMRU - 6)
@@ -312,6 +319,9 @@ public struct PPPLink: Sendable {
         case .layerUp:
             let r = lcp.policy.result
             applyNegotiated(r)
+            lcp.peerMRU = r.transmitMRU
+            ipcp.peerMRU = r.transmitMRU
+            authenticator = nil
             events.append(.lcpOpened(r))
             startEcho(now: now)
             if r.localAuthentication != nil || r.peerAuthentication != nil {
@@ -326,8 +336,11 @@ public struct PPPLink: Sendable {
         case .layerDown:
             // RFC 1661: the NCPs go down with LCP; framing goes back to its defaults.
             nextEcho = nil
+            authenticator = nil
             ipcp.down(now: now)
             applyDefaults()
+            lcp.peerMRU = 1500
+            ipcp.peerMRU = 1500
             setPhase(lcp.state == .stopping || lcp.state == .closing ? .terminate : .establish)
         case .layerStarted:
             break

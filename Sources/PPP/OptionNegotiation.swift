@@ -93,6 +93,9 @@ public struct OptionNegotiator<Policy: NegotiationPolicy>: Sendable {
     private var terminateReason: FinishReason = .closed
     private var outputs: [NegotiationOutput] = []
 
+    /// The largest information field the peer takes (LCP's result; 1500 until then).
+    public var peerMRU = 1500
+
     /// The identifier of our latest Configure-Request: the one an answer must carry.
     public var requestIdentifier: UInt8? { sentRequest?.id }
 
@@ -261,33 +264,38 @@ public struct OptionNegotiator<Policy: NegotiationPolicy>: Sendable {
         case .closing, .stopping: return
         default: break
         }
-        let verdict = policy.judge(options, mayNak: failureCounter < configuration.maxFailure)
-        let good = verdict == .ack
         switch state {
         case .stopped:
+            // irc, scr first: a new negotiation starts from the configured wishes, and the
+            // peer's request is then judged into the fresh state.
             initializeRestartCount(configuration.maxConfigure)
             sendConfigureRequest(now: now)
+            let verdict = judge(options)
             answer(id, options, verdict)
-            state = good ? .ackSent : .requestSent
-        case .requestSent:
+            state = verdict == .ack ? .ackSent : .requestSent
+        case .requestSent, .ackSent:
+            let verdict = judge(options)
             answer(id, options, verdict)
-            state = good ? .ackSent : .requestSent
+            state = verdict == .ack ? .ackSent : .requestSent
         case .ackReceived:
+            let verdict = judge(options)
             answer(id, options, verdict)
-            if good {
+            if verdict == .ack {
                 outputs.append(.layerUp)
                 state = .opened
             }
-        case .ackSent:
-            answer(id, options, verdict)
-            state = good ? .ackSent : .requestSent
         case .opened:
             outputs.append(.layerDown)
             sendConfigureRequest(now: now)
+            let verdict = judge(options)
             answer(id, options, verdict)
-            state = good ? .ackSent : .requestSent
+            state = verdict == .ack ? .ackSent : .requestSent
         default: break
         }
+    }
+
+    private mutating func judge(_ options: [ConfigurationOption]) -> RequestVerdict {
+        policy.judge(options, mayNak: failureCounter < configuration.maxFailure)
     }
 
     private mutating func receiveConfigureAck(_ options: [ConfigurationOption], now: Instant) {
@@ -373,8 +381,8 @@ public struct OptionNegotiator<Policy: NegotiationPolicy>: Sendable {
 
     private mutating func receiveUnknownCode(_ packet: ControlPacket) {
         guard state != .initial && state != .starting else { return }
-        // scj: the rejected packet, cut so the Code-Reject fits a default MRU.
-        let rejected = Array(packet.emit().prefix(1500 - 4))
+        // scj: the rejected packet, cut to fit the peer's MRU (RFC 1661 §5.6).
+        let rejected = Array(packet.emit().prefix(max(0, peerMRU - ControlPacket.headerLength)))
         identifier &+= 1
         outputs.append(.send(ControlPacket(code: ControlCode.codeReject, identifier: identifier, data: rejected)))
     }

@@ -10,7 +10,9 @@ public enum PAPPacket: Sendable, Equatable {
         public static let nak: UInt8 = 3
     }
 
-    public init(_ p: ControlPacket) throws(WireError) {
+    /// - Parameter lenient: accept an Ack or Nak without its Msg-Length octet (a receiver's
+    ///   choice; a decoder reporting on a capture keeps it strict).
+    public init(_ p: ControlPacket, lenient: Bool = false) throws(WireError) {
         let d = p.data
         switch p.code {
         case Code.request:
@@ -22,8 +24,14 @@ public enum PAPPacket: Sendable, Equatable {
             self = .authenticateRequest(identifier: p.identifier, peerID: Array(d[1..<(1 + idLength)]),
                                         password: Array(d[(2 + idLength)..<(2 + idLength + passwordLength)]))
         case Code.ack, Code.nak:
-            // RFC 1334 §2.2.2: the Msg-Length octet is mandatory.
-            guard d.count >= 1 else { throw .malformed("PAP Authenticate-\(p.code == Code.ack ? "Ack" : "Nak") without Msg-Length") }
+            // RFC 1334 §2.2.2 makes the Msg-Length octet mandatory; pppd takes an Ack or Nak
+            // without it, and so do we (as an empty message), so `lenient` keeps the link up.
+            guard d.count >= 1 else {
+                guard lenient else { throw .malformed("PAP Authenticate-\(p.code == Code.ack ? "Ack" : "Nak") without Msg-Length") }
+                self = p.code == Code.ack ? .authenticateAck(identifier: p.identifier, message: [])
+                    : .authenticateNak(identifier: p.identifier, message: [])
+                return
+            }
             let length = Int(d[0])
             guard d.count >= 1 + length else { throw .malformed("PAP Message runs past the packet") }
             let message = Array(d[1..<(1 + length)])

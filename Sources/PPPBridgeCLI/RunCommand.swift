@@ -179,6 +179,12 @@ struct RunCommand {
             return usage
         }
         if (user == nil) != (password == nil) { error("pppbridge run: --user and --password go together"); return usage }
+        // PAP and CHAP carry names and secrets behind one-byte lengths.
+        let credentials = [user, password].compactMap { $0 } + auth.peers.flatMap { [$0.name, $0.secret] } + [auth.localName]
+        if credentials.contains(where: { $0.utf8.count > 255 }) {
+            error("pppbridge run: names and secrets are at most 255 bytes")
+            return usage
+        }
         if let user, let password {
             auth.local = Credentials(name: user, secret: password)
             lcp.authenticateWith = [.pap, .chapMD5]
