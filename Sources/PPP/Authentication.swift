@@ -44,14 +44,32 @@ public struct Authenticator: Sendable {
     private var localDone = false
     private var peerName: String?
     private var peerDone = false
+    /// The identifier, count and timer of one kind of request we repeat until answered.
+    struct Retransmission: Sendable {
+        var identifier: UInt8
+        var transmissions = 0
+        var at: Instant?
+
+        /// Takes the next identifier for a (re)transmission at `now`.
+        mutating func next(now: Instant, interval: Duration) -> UInt8 {
+            identifier &+= 1
+            transmissions += 1
+            at = now + interval
+            return identifier
+        }
+
+        /// True when the timer has fired (and clears it).
+        mutating func due(_ now: Instant) -> Bool {
+            guard let t = at, now >= t else { return false }
+            at = nil
+            return true
+        }
+    }
+
     // PAP requests and CHAP challenges each have their own identifiers and timers: we may be
     // authenticating ourselves with one while the peer answers the other.
-    private var papIdentifier: UInt8 = 0
-    private var papTransmissions = 0
-    private var papRetransmitAt: Instant?
-    private var chapIdentifier: UInt8 = 0x40
-    private var chapTransmissions = 0
-    private var chapRetransmitAt: Instant?
+    private var papRequests = Retransmission(identifier: 0)
+    private var chapChallenges = Retransmission(identifier: 0x40)
     private var peerDeadline: Instant?
     private var challenge: [UInt8] = []
     private var outputs: [(UInt16, ControlPacket)] = []
@@ -65,7 +83,7 @@ public struct Authenticator: Sendable {
         peerDone = peer == nil
     }
 
-    public var deadline: Instant? { outcome == nil ? earliest(papRetransmitAt, chapRetransmitAt, peerDeadline) : nil }
+    public var deadline: Instant? { outcome == nil ? earliest(papRequests.at, chapChallenges.at, peerDeadline) : nil }
 
     public mutating func takeOutputs() -> [(UInt16, ControlPacket)] {
         defer { outputs = [] }
@@ -88,20 +106,12 @@ public struct Authenticator: Sendable {
             fail("peer did not authenticate within \(configuration.peerTimeout)")
             return
         }
-        if let r = papRetransmitAt, now >= r {
-            papRetransmitAt = nil
-            guard papTransmissions < configuration.maxTransmissions else {
-                fail("no answer to PAP Authenticate-Request")
-                return
-            }
+        if papRequests.due(now) {
+            guard papRequests.transmissions < configuration.maxTransmissions else { return fail("no answer to PAP Authenticate-Request") }
             sendPAPRequest(now: now)
         }
-        if let r = chapRetransmitAt, now >= r {
-            chapRetransmitAt = nil
-            guard chapTransmissions < configuration.maxTransmissions else {
-                fail("no answer to CHAP Challenge")
-                return
-            }
+        if chapChallenges.due(now) {
+            guard chapChallenges.transmissions < configuration.maxTransmissions else { return fail("no answer to CHAP Challenge") }
             sendChallenge(now: now)
         }
     }
@@ -139,11 +149,11 @@ public struct Authenticator: Sendable {
                 fail("peer \"\(name)\" failed PAP authentication")
             }
         case let .authenticateAck(id, _):
-            guard local == .pap, !localDone, id == papIdentifier else { return }
+            guard local == .pap, !localDone, id == papRequests.identifier else { return }
             localDone = true
-            papRetransmitAt = nil
+            papRequests.at = nil
         case let .authenticateNak(id, message):
-            guard local == .pap, !localDone, id == papIdentifier else { return }
+            guard local == .pap, !localDone, id == papRequests.identifier else { return }
             fail("PAP authentication refused by the peer" + (message.isEmpty ? "" : ": \(String(decoding: message, as: UTF8.self))"))
         }
     }
@@ -156,7 +166,7 @@ public struct Authenticator: Sendable {
             let response = Digest.md5([id], Array(credentials.secret.utf8), value)
             outputs.append((ProtocolNumber.chap, CHAPPacket.response(identifier: id, value: response, name: Array(credentials.name.utf8)).packet))
         case let .response(id, value, nameBytes):
-            guard peer == .chapMD5, id == chapIdentifier, !challenge.isEmpty else { return }
+            guard peer == .chapMD5, id == chapChallenges.identifier, !challenge.isEmpty else { return }
             let name = String(decoding: nameBytes, as: UTF8.self)
             let ok = configuration.peers.contains {
                 $0.name == name && Digest.constantTimeEqual(Digest.md5([id], Array($0.secret.utf8), challenge), value)
@@ -166,7 +176,7 @@ public struct Authenticator: Sendable {
             if ok {
                 peerDone = true
                 peerName = name
-                chapRetransmitAt = nil
+                chapChallenges.at = nil
                 peerDeadline = nil
             } else if outcome == nil {
                 fail("peer \"\(name)\" failed CHAP authentication")
@@ -185,19 +195,15 @@ public struct Authenticator: Sendable {
             fail("the peer requires PAP and no credentials are configured")
             return
         }
-        papIdentifier &+= 1
-        papTransmissions += 1
-        outputs.append((ProtocolNumber.pap, PAPPacket.authenticateRequest(identifier: papIdentifier, peerID: Array(credentials.name.utf8),
+        let id = papRequests.next(now: now, interval: configuration.restartInterval)
+        outputs.append((ProtocolNumber.pap, PAPPacket.authenticateRequest(identifier: id, peerID: Array(credentials.name.utf8),
                                                                          password: Array(credentials.secret.utf8)).packet))
-        papRetransmitAt = now + configuration.restartInterval
     }
 
     private mutating func sendChallenge(now: Instant) {
-        chapIdentifier &+= 1
-        chapTransmissions += 1
-        outputs.append((ProtocolNumber.chap, CHAPPacket.challenge(identifier: chapIdentifier, value: challenge,
+        let id = chapChallenges.next(now: now, interval: configuration.restartInterval)
+        outputs.append((ProtocolNumber.chap, CHAPPacket.challenge(identifier: id, value: challenge,
                                                                   name: Array(configuration.localName.utf8)).packet))
-        chapRetransmitAt = now + configuration.restartInterval
     }
 
     private mutating func fail(_ reason: String) {

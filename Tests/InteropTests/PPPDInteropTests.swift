@@ -94,28 +94,19 @@ struct PPPDInteropTests {
         }
     }
 
-    @Test func pppdRequiresUsToAuthenticateWithPAP() throws {
-        try withSession(vm: ["-x", "noipv6 +pap"], ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15",
-                                                         "--user", "pbuser", "--password", "pb-secret"], expectOpen: false) { s in
-            // pppd checks our credentials against its pap-secrets.
-            s.vm.guest("echo 'pbuser * pb-secret *' > /etc/ppp/pap-secrets")
+    /// pppd requires us to authenticate (`+pap` / `+chap`) and checks our credentials against
+    /// its secrets file.
+    @Test(arguments: [("pap", "pap-secrets", "rcvd [PAP AuthReq id=0x1 user=\"pbuser\""),
+                      ("chap", "chap-secrets", "rcvd [CHAP Response")])
+    func pppdRequiresUsToAuthenticate(method: String, secrets: String, request: String) throws {
+        try withSession(vm: ["-x", "noipv6 +\(method)"], ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15",
+                                                              "--user", "pbuser", "--password", "pb-secret"], expectOpen: false) { s in
+            s.vm.guest("echo 'pbuser * pb-secret *' > /etc/ppp/\(secrets)")
             let ok = eventually(20) { s.bridge.has("IPCP opened") && s.vm.log.contains("VMPEER: LINK UP") }
             #expect(ok, "pppbridge:\n\(s.bridge.output)\n--- pppd:\n\(s.vm.log.suffix(2500))")
-            #expect(s.bridge.has("we authenticate with pap"))
-            #expect(s.vm.log.contains("rcvd [PAP AuthReq id=0x1 user=\"pbuser\""))
-            #expect(s.vm.log.contains("PAP peer authentication succeeded for pbuser"))
-            #expect(s.bridge.terminate() == 0)
-        }
-    }
-
-    @Test func pppdRequiresUsToAuthenticateWithCHAP() throws {
-        try withSession(vm: ["-x", "noipv6 +chap"], ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15",
-                                                          "--user", "pbuser", "--password", "pb-secret"], expectOpen: false) { s in
-            s.vm.guest("echo 'pbuser * pb-secret *' > /etc/ppp/chap-secrets")
-            let ok = eventually(20) { s.bridge.has("IPCP opened") && s.vm.log.contains("VMPEER: LINK UP") }
-            #expect(ok, "pppbridge:\n\(s.bridge.output)\n--- pppd:\n\(s.vm.log.suffix(2500))")
-            #expect(s.bridge.has("we authenticate with chap-md5"))
-            #expect(s.vm.log.contains("rcvd [CHAP Response") && s.vm.log.contains("sent [CHAP Success"), "pppd log:\n\(s.vm.log.suffix(2000))")
+            #expect(s.bridge.has("we authenticate with \(method == "pap" ? "pap" : "chap-md5")"))
+            #expect(s.vm.log.contains(request), "pppd log:\n\(s.vm.log.suffix(2000))")
+            #expect(s.vm.log.contains(method == "pap" ? "PAP peer authentication succeeded for pbuser" : "sent [CHAP Success"))
             #expect(s.bridge.terminate() == 0)
         }
     }
