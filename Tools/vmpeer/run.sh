@@ -55,6 +55,8 @@ while getopts "c:d:r:L:R:o:x:s:w:pNm:a:q:TKFW:VPk:h" o; do
        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
          kill "$pid"
          for i in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.05; done
+         # A QEMU started with SIGTERM blocked (inherited from its launcher) ignores it.
+         if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; sleep 0.2; fi
          echo "killed qemu $pid"
        else echo "no running qemu in $OPTARG"; fi
        exit 0 ;;
