@@ -36,9 +36,9 @@ public enum FramePrinter {
         case ProtocolNumber.ipv6:
             guard info.count >= 40 else { return PacketText("IPV6 malformed: \(info.count) bytes", error: .truncated(needed: 40, available: info.count)) }
             func address(_ at: Int) -> String {
-                stride(from: at, to: at + 16, by: 2).map { String(UInt16(info[$0]) << 8 | UInt16(info[$0 + 1]), radix: 16) }.joined(separator: ":")
+                stride(from: at, to: at + 16, by: 2).map { String(BigEndian.uint16(info, $0), radix: 16) }.joined(separator: ":")
             }
-            return PacketText("IPV6 \(address(8)) > \(address(24)) next=\(info[6]) len=\(Int(info[4]) << 8 | Int(info[5]))")
+            return PacketText("IPV6 \(address(8)) > \(address(24)) next=\(info[6]) len=\(BigEndian.uint16(info, 4))")
         case ProtocolNumber.mpls:
             return mpls(info)
         default:
@@ -52,7 +52,7 @@ public enum FramePrinter {
         var text = "MPLS"
         var i = 0
         while i + 4 <= info.count {
-            let entry = UInt32(info[i]) << 24 | UInt32(info[i + 1]) << 16 | UInt32(info[i + 2]) << 8 | UInt32(info[i + 3])
+            let entry = BigEndian.uint32(info, i)
             let bottom = entry & 0x100 != 0
             text += " label=\(entry >> 12) tc=\((entry >> 9) & 7)\(bottom ? " S" : "") ttl=\(entry & 0xFF)"
             i += 4

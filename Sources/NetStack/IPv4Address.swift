@@ -21,7 +21,7 @@ public struct IPv4Address: Sendable, Hashable, CustomStringConvertible, Comparab
 
     public static let any = IPv4Address(0)
 
-    public var bytes: [UInt8] { [UInt8(value >> 24), UInt8((value >> 16) & 0xFF), UInt8((value >> 8) & 0xFF), UInt8(value & 0xFF)] }
+    public var bytes: [UInt8] { BigEndian.bytes(value) }
     public var description: String { bytes.map(String.init).joined(separator: ".") }
     public static func < (a: IPv4Address, b: IPv4Address) -> Bool { a.value < b.value }
 }

@@ -68,19 +68,19 @@ public struct IPv4Header: Sendable, Equatable {
         let ihl = Int(bytes[0] & 0x0F) * 4
         guard ihl >= 20 else { throw .invalid("IPv4 header length \(ihl)") }
         guard bytes.count >= ihl else { throw .truncated(what: "IPv4 header", needed: ihl, available: bytes.count) }
-        let total = Int(bytes[2]) << 8 | Int(bytes[3])
+        let total = Int(BigEndian.uint16(bytes, 2))
         guard total >= ihl else { throw .invalid("IPv4 total length \(total) below header length \(ihl)") }
         guard total <= bytes.count else { throw .truncated(what: "IPv4 packet", needed: total, available: bytes.count) }
         typeOfService = bytes[1]
         payloadLength = total - ihl
-        identification = UInt16(bytes[4]) << 8 | UInt16(bytes[5])
-        let flagsFragment = UInt16(bytes[6]) << 8 | UInt16(bytes[7])
+        identification = BigEndian.uint16(bytes, 4)
+        let flagsFragment = BigEndian.uint16(bytes, 6)
         dontFragment = flagsFragment & 0x4000 != 0
         moreFragments = flagsFragment & 0x2000 != 0
         fragmentOffset = Int(flagsFragment & 0x1FFF) * 8
         timeToLive = bytes[8]
         self.protocol = bytes[9]
-        checksum = UInt16(bytes[10]) << 8 | UInt16(bytes[11])
+        checksum = BigEndian.uint16(bytes, 10)
         source = IPv4Address(bytes[12], bytes[13], bytes[14], bytes[15])
         destination = IPv4Address(bytes[16], bytes[17], bytes[18], bytes[19])
         options = Array(bytes[20..<ihl])
@@ -96,21 +96,16 @@ public struct IPv4Header: Sendable, Equatable {
         var h = [UInt8](repeating: 0, count: headerLength)
         h[0] = 0x40 | UInt8(headerLength / 4)
         h[1] = typeOfService
-        h[2] = UInt8(totalLength >> 8)
-        h[3] = UInt8(totalLength & 0xFF)
-        h[4] = UInt8(identification >> 8)
-        h[5] = UInt8(identification & 0xFF)
+        BigEndian.put(UInt16(totalLength), into: &h, at: 2)
+        BigEndian.put(identification, into: &h, at: 4)
         let ff = (dontFragment ? 0x4000 : 0) | (moreFragments ? 0x2000 : 0) | (fragmentOffset / 8)
-        h[6] = UInt8(ff >> 8)
-        h[7] = UInt8(ff & 0xFF)
+        BigEndian.put(UInt16(ff), into: &h, at: 6)
         h[8] = timeToLive
         h[9] = self.protocol
         h.replaceSubrange(12..<16, with: source.bytes)
         h.replaceSubrange(16..<20, with: destination.bytes)
         h.replaceSubrange(20..<headerLength, with: options)
-        let c = InternetChecksum.checksum(h)
-        h[10] = UInt8(c >> 8)
-        h[11] = UInt8(c & 0xFF)
+        BigEndian.put(InternetChecksum.checksum(h), into: &h, at: 10)
         return h
     }
 }

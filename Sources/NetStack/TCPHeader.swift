@@ -34,14 +34,13 @@ public enum TCPOption: Sendable, Equatable {
     }
 
     var bytes: [UInt8] {
-        func be32(_ x: UInt32) -> [UInt8] { [UInt8(x >> 24), UInt8((x >> 16) & 0xFF), UInt8((x >> 8) & 0xFF), UInt8(x & 0xFF)] }
         switch self {
         case .noOperation: return [1]
-        case let .maximumSegmentSize(m): return [2, 4, UInt8(m >> 8), UInt8(m & 0xFF)]
+        case let .maximumSegmentSize(m): return [2, 4] + BigEndian.bytes(m)
         case let .windowScale(s): return [3, 3, s]
         case .sackPermitted: return [4, 2]
-        case let .sack(blocks): return [5, UInt8(2 + 8 * blocks.count)] + blocks.flatMap { be32($0.0) + be32($0.1) }
-        case let .timestamps(v, e): return [8, 10] + be32(v) + be32(e)
+        case let .sack(blocks): return [5, UInt8(2 + 8 * blocks.count)] + blocks.flatMap { BigEndian.bytes($0.0) + BigEndian.bytes($0.1) }
+        case let .timestamps(v, e): return [8, 10] + BigEndian.bytes(v) + BigEndian.bytes(e)
         case let .other(kind, data): return [kind, UInt8(2 + data.count)] + data
         }
     }
@@ -95,20 +94,18 @@ public struct TCPHeader: Sendable, Equatable {
 
     public init(parsing b: UnsafeRawBufferPointer) throws(PacketError) {
         guard b.count >= 20 else { throw .truncated(what: "TCP header", needed: 20, available: b.count) }
-        func be16(_ i: Int) -> UInt16 { UInt16(b[i]) << 8 | UInt16(b[i + 1]) }
-        func be32(_ i: Int) -> UInt32 { UInt32(be16(i)) << 16 | UInt32(be16(i + 2)) }
-        sourcePort = be16(0)
-        destinationPort = be16(2)
-        sequenceNumber = be32(4)
-        acknowledgmentNumber = be32(8)
+        sourcePort = BigEndian.uint16(b, 0)
+        destinationPort = BigEndian.uint16(b, 2)
+        sequenceNumber = BigEndian.uint32(b, 4)
+        acknowledgmentNumber = BigEndian.uint32(b, 8)
         let offset = Int(b[12] >> 4) * 4
         guard offset >= 20 else { throw .invalid("TCP data offset \(offset)") }
         guard offset <= b.count else { throw .truncated(what: "TCP header", needed: offset, available: b.count) }
         headerLength = offset
         flags = Flags(rawValue: b[13])
-        window = be16(14)
-        checksum = be16(16)
-        urgentPointer = be16(18)
+        window = BigEndian.uint16(b, 14)
+        checksum = BigEndian.uint16(b, 16)
+        urgentPointer = BigEndian.uint16(b, 18)
         var i = 20
         while i < offset {
             let kind = b[i]
@@ -123,12 +120,12 @@ public struct TCPHeader: Sendable, Equatable {
             guard length >= 2, i + length <= offset else { throw .invalid("TCP option \(kind) length \(length) runs past the header") }
             let data = Array(b[(i + 2)..<(i + length)])
             switch (kind, length) {
-            case (2, 4): options.append(.maximumSegmentSize(be16(i + 2)))
+            case (2, 4): options.append(.maximumSegmentSize(BigEndian.uint16(b, i + 2)))
             case (3, 3): options.append(.windowScale(data[0]))
             case (4, 2): options.append(.sackPermitted)
             case (5, _) where (length - 2) % 8 == 0:
-                options.append(.sack(stride(from: i + 2, to: i + length, by: 8).map { (be32($0), be32($0 + 4)) }))
-            case (8, 10): options.append(.timestamps(value: be32(i + 2), echoReply: be32(i + 6)))
+                options.append(.sack(stride(from: i + 2, to: i + length, by: 8).map { (BigEndian.uint32(b, $0), BigEndian.uint32(b, $0 + 4)) }))
+            case (8, 10): options.append(.timestamps(value: BigEndian.uint32(b, i + 2), echoReply: BigEndian.uint32(b, i + 6)))
             default: options.append(.other(kind: kind, data: data))
             }
             i += length
@@ -141,21 +138,18 @@ public struct TCPHeader: Sendable, Equatable {
         while optionBytes.count % 4 != 0 { optionBytes.append(0) }
         let length = 20 + optionBytes.count
         var h = [UInt8](repeating: 0, count: 20)
-        func put16(_ i: Int, _ v: UInt16) { h[i] = UInt8(v >> 8); h[i + 1] = UInt8(v & 0xFF) }
-        func put32(_ i: Int, _ v: UInt32) { put16(i, UInt16(v >> 16)); put16(i + 2, UInt16(v & 0xFFFF)) }
-        put16(0, sourcePort)
-        put16(2, destinationPort)
-        put32(4, sequenceNumber)
-        put32(8, acknowledgmentNumber)
+        BigEndian.put(sourcePort, into: &h, at: 0)
+        BigEndian.put(destinationPort, into: &h, at: 2)
+        BigEndian.put(sequenceNumber, into: &h, at: 4)
+        BigEndian.put(acknowledgmentNumber, into: &h, at: 8)
         h[12] = UInt8(length / 4) << 4
         h[13] = flags.rawValue
-        put16(14, window)
-        put16(18, urgentPointer)
+        BigEndian.put(window, into: &h, at: 14)
+        BigEndian.put(urgentPointer, into: &h, at: 18)
         h += optionBytes
         let pseudo = InternetChecksum.pseudoHeaderSum(source: source, destination: destination, protocol: IPProtocol.tcp, length: length + payload.count)
         let c = InternetChecksum.finish(InternetChecksum.sum(payload, into: InternetChecksum.sum(h, into: pseudo)))
-        h[16] = UInt8(c >> 8)
-        h[17] = UInt8(c & 0xFF)
+        BigEndian.put(c, into: &h, at: 16)
         return h
     }
 }
@@ -176,22 +170,20 @@ public struct UDPHeader: Sendable, Equatable {
 
     public init(parsing b: UnsafeRawBufferPointer) throws(PacketError) {
         guard b.count >= 8 else { throw .truncated(what: "UDP header", needed: 8, available: b.count) }
-        sourcePort = UInt16(b[0]) << 8 | UInt16(b[1])
-        destinationPort = UInt16(b[2]) << 8 | UInt16(b[3])
-        length = Int(b[4]) << 8 | Int(b[5])
-        checksum = UInt16(b[6]) << 8 | UInt16(b[7])
+        sourcePort = BigEndian.uint16(b, 0)
+        destinationPort = BigEndian.uint16(b, 2)
+        length = Int(BigEndian.uint16(b, 4))
+        checksum = BigEndian.uint16(b, 6)
         guard length >= 8 else { throw .invalid("UDP length \(length)") }
         guard length <= b.count else { throw .truncated(what: "UDP datagram", needed: length, available: b.count) }
     }
 
     public func emit(source: IPv4Address, destination: IPv4Address, payload: [UInt8]) -> [UInt8] {
-        var h: [UInt8] = [UInt8(sourcePort >> 8), UInt8(sourcePort & 0xFF), UInt8(destinationPort >> 8),
-                          UInt8(destinationPort & 0xFF), UInt8(length >> 8), UInt8(length & 0xFF), 0, 0]
+        var h = BigEndian.bytes(sourcePort) + BigEndian.bytes(destinationPort) + BigEndian.bytes(UInt16(length)) + [0, 0]
         let pseudo = InternetChecksum.pseudoHeaderSum(source: source, destination: destination, protocol: IPProtocol.udp, length: length)
         var c = InternetChecksum.finish(InternetChecksum.sum(payload, into: InternetChecksum.sum(h, into: pseudo)))
         if c == 0 { c = 0xFFFF } // RFC 768: a computed zero is sent as all ones.
-        h[6] = UInt8(c >> 8)
-        h[7] = UInt8(c & 0xFF)
+        BigEndian.put(c, into: &h, at: 6)
         return h
     }
 }
@@ -219,19 +211,17 @@ public struct ICMPHeader: Sendable, Equatable {
         guard b.count >= 8 else { throw .truncated(what: "ICMP header", needed: 8, available: b.count) }
         type = b[0]
         code = b[1]
-        checksum = UInt16(b[2]) << 8 | UInt16(b[3])
-        restOfHeader = UInt32(b[4]) << 24 | UInt32(b[5]) << 16 | UInt32(b[6]) << 8 | UInt32(b[7])
+        checksum = BigEndian.uint16(b, 2)
+        restOfHeader = BigEndian.uint32(b, 4)
     }
 
     public var identifier: UInt16 { UInt16(restOfHeader >> 16) }
     public var sequence: UInt16 { UInt16(restOfHeader & 0xFFFF) }
 
     public func emit(payload: [UInt8]) -> [UInt8] {
-        var h: [UInt8] = [type, code, 0, 0, UInt8(restOfHeader >> 24), UInt8((restOfHeader >> 16) & 0xFF),
-                          UInt8((restOfHeader >> 8) & 0xFF), UInt8(restOfHeader & 0xFF)]
+        var h = [type, code, 0, 0] + BigEndian.bytes(restOfHeader)
         let c = InternetChecksum.finish(InternetChecksum.sum(payload, into: InternetChecksum.sum(h)))
-        h[2] = UInt8(c >> 8)
-        h[3] = UInt8(c & 0xFF)
+        BigEndian.put(c, into: &h, at: 2)
         return h
     }
 }

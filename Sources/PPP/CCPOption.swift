@@ -1,3 +1,5 @@
+import NetStack
+
 /// CCP options (RFC 1962 and the algorithm RFCs), read only so that a trace can say what was
 /// offered. pppbridge does not compress; it rejects CCP (LCP Protocol-Reject), as pppd's `noccp`.
 public enum CCPOption {
@@ -10,7 +12,7 @@ public enum CCPOption {
         case (21, 1): // RFC 1977 BSD-Compress: version in the top 3 bits, code size below.
             return "bsd v\(v[0] >> 5) \(v[0] & 0x1F)"
         case (18, 4): // MPPE/MPPC (RFC 3078): supported bits.
-            let bits = UInt32(v[0]) << 24 | UInt32(v[1]) << 16 | UInt32(v[2]) << 8 | UInt32(v[3])
+            let bits = BigEndian.uint32(v, 0)
             func flag(_ mask: UInt32, _ letter: String) -> String { (bits & mask != 0 ? "+" : "-") + letter }
             return "mppe " + [flag(0x0100_0000, "H"), flag(0x80, "M"), flag(0x40, "S"), flag(0x20, "L"),
                               flag(0x10, "D"), flag(0x01, "C")].joined(separator: " ")
@@ -28,7 +30,7 @@ public enum IPV6CPOption {
     public static func describe(_ o: ConfigurationOption) -> String {
         if o.type == 1 && o.value.count == 8 {
             // pppd prints the link-local address made from the interface identifier.
-            let groups = stride(from: 0, to: 8, by: 2).map { String(UInt16(o.value[$0]) << 8 | UInt16(o.value[$0 + 1]), radix: 16) }
+            let groups = stride(from: 0, to: 8, by: 2).map { String(BigEndian.uint16(o.value, $0), radix: 16) }
             return "addr fe80::" + groups.joined(separator: ":")
         }
         return Hex.option(o)

@@ -1,3 +1,5 @@
+import NetStack
+
 /// The packet format shared by LCP, the NCPs, PAP and CHAP (RFC 1661 §5): code, identifier,
 /// a 16-bit length that covers the header, then data.
 public struct ControlPacket: Sendable, Equatable {
@@ -29,7 +31,7 @@ public struct ControlPacket: Sendable, Equatable {
     public var length: Int { ControlPacket.headerLength + data.count }
 
     public func emit() -> [UInt8] {
-        [code, identifier, UInt8(length >> 8), UInt8(length & 0xFF)] + data
+        [code, identifier] + BigEndian.bytes(UInt16(length)) + data
     }
 }
 

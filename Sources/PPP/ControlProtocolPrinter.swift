@@ -1,3 +1,5 @@
+import NetStack
+
 /// A one-line rendering of a packet, and whether it was malformed.
 public struct PacketText: Sendable, Equatable {
     public var text: String
@@ -106,10 +108,7 @@ public enum ControlProtocolPrinter {
         return PacketText(text, error: error)
     }
 
-    private static func be32(_ s: ArraySlice<UInt8>) -> UInt32 {
-        let i = s.startIndex
-        return UInt32(s[i]) << 24 | UInt32(s[i + 1]) << 16 | UInt32(s[i + 2]) << 8 | UInt32(s[i + 3])
-    }
+    private static func be32(_ s: ArraySlice<UInt8>) -> UInt32 { BigEndian.uint32(s, s.startIndex) }
 }
 
 extension Array {

@@ -28,7 +28,7 @@ public enum IPCPOption: Sendable, Equatable {
         func address(_ at: Int) -> IPv4Address { IPv4Address(v[at], v[at + 1], v[at + 2], v[at + 3]) }
         switch (o.type, v.count) {
         case (Kind.ipAddresses, 8): self = .ipAddresses(address(0), address(4))
-        case (Kind.compression, 2...): self = .compression(protocol: UInt16(v[0]) << 8 | UInt16(v[1]), data: Array(v[2...]))
+        case (Kind.compression, 2...): self = .compression(protocol: BigEndian.uint16(v, 0), data: Array(v[2...]))
         case (Kind.ipAddress, 4): self = .ipAddress(address(0))
         case (Kind.primaryDNS, 4): self = .primaryDNS(address(0))
         case (Kind.primaryNBNS, 4): self = .primaryNBNS(address(0))
@@ -41,7 +41,7 @@ public enum IPCPOption: Sendable, Equatable {
     public var option: ConfigurationOption {
         switch self {
         case let .ipAddresses(a, b): return ConfigurationOption(type: Kind.ipAddresses, value: a.bytes + b.bytes)
-        case let .compression(p, data): return ConfigurationOption(type: Kind.compression, value: [UInt8(p >> 8), UInt8(p & 0xFF)] + data)
+        case let .compression(p, data): return ConfigurationOption(type: Kind.compression, value: BigEndian.bytes(p) + data)
         case let .ipAddress(a): return ConfigurationOption(type: Kind.ipAddress, value: a.bytes)
         case let .primaryDNS(a): return ConfigurationOption(type: Kind.primaryDNS, value: a.bytes)
         case let .primaryNBNS(a): return ConfigurationOption(type: Kind.primaryNBNS, value: a.bytes)

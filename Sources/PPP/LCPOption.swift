@@ -1,3 +1,5 @@
+import NetStack
+
 /// LCP configuration options (RFC 1661 §6, RFC 1570, RFC 1990), parsed into values that can
 /// emit themselves byte for byte. Options this project does not interpret stay `.other`.
 public enum LCPOption: Sendable, Equatable {
@@ -37,8 +39,8 @@ public enum LCPOption: Sendable, Equatable {
     /// negotiation layer rejects or naks it; a printer shows it in hex.
     public init(_ o: ConfigurationOption) {
         let v = o.value
-        func u16() -> UInt16 { UInt16(v[0]) << 8 | UInt16(v[1]) }
-        func u32() -> UInt32 { UInt32(v[0]) << 24 | UInt32(v[1]) << 16 | UInt32(v[2]) << 8 | UInt32(v[3]) }
+        func u16() -> UInt16 { BigEndian.uint16(v, 0) }
+        func u32() -> UInt32 { BigEndian.uint32(v, 0) }
         switch (o.type, v.count) {
         case (Kind.mru, 2): self = .maximumReceiveUnit(u16())
         case (Kind.accm, 4): self = .asyncControlCharacterMap(u32())
@@ -56,19 +58,17 @@ public enum LCPOption: Sendable, Equatable {
     }
 
     public var option: ConfigurationOption {
-        func be16(_ x: UInt16) -> [UInt8] { [UInt8(x >> 8), UInt8(x & 0xFF)] }
-        func be32(_ x: UInt32) -> [UInt8] { [UInt8(x >> 24), UInt8((x >> 16) & 0xFF), UInt8((x >> 8) & 0xFF), UInt8(x & 0xFF)] }
         switch self {
-        case let .maximumReceiveUnit(m): return ConfigurationOption(type: Kind.mru, value: be16(m))
-        case let .asyncControlCharacterMap(a): return ConfigurationOption(type: Kind.accm, value: be32(a))
-        case let .authenticationProtocol(p, data): return ConfigurationOption(type: Kind.authenticationProtocol, value: be16(p) + data)
-        case let .qualityProtocol(p, data): return ConfigurationOption(type: Kind.qualityProtocol, value: be16(p) + data)
-        case let .magicNumber(m): return ConfigurationOption(type: Kind.magicNumber, value: be32(m))
+        case let .maximumReceiveUnit(m): return ConfigurationOption(type: Kind.mru, value: BigEndian.bytes(m))
+        case let .asyncControlCharacterMap(a): return ConfigurationOption(type: Kind.accm, value: BigEndian.bytes(a))
+        case let .authenticationProtocol(p, data): return ConfigurationOption(type: Kind.authenticationProtocol, value: BigEndian.bytes(p) + data)
+        case let .qualityProtocol(p, data): return ConfigurationOption(type: Kind.qualityProtocol, value: BigEndian.bytes(p) + data)
+        case let .magicNumber(m): return ConfigurationOption(type: Kind.magicNumber, value: BigEndian.bytes(m))
         case .protocolFieldCompression: return ConfigurationOption(type: Kind.pfc)
         case .addressControlFieldCompression: return ConfigurationOption(type: Kind.acfc)
         case let .fcsAlternatives(bits): return ConfigurationOption(type: Kind.fcsAlternatives, value: [bits])
         case let .callback(op, message): return ConfigurationOption(type: Kind.callback, value: [op] + message)
-        case let .multilinkMRRU(m): return ConfigurationOption(type: Kind.mrru, value: be16(m))
+        case let .multilinkMRRU(m): return ConfigurationOption(type: Kind.mrru, value: BigEndian.bytes(m))
         case let .endpointDiscriminator(c, address): return ConfigurationOption(type: Kind.endpointDiscriminator, value: [c] + address)
         case let .other(o): return o
         }

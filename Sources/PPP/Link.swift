@@ -264,7 +264,7 @@ public struct PPPLink: Sendable {
             unknownProtocolFrames += 1
             lcpIdentifier &+= 1
             let room = max(0, lcp.policy.result.transmitMRU - 6)
-            let data = [UInt8(proto >> 8), UInt8(proto & 0xFF)] + frame.information.prefix(room)
+            let data = BigEndian.bytes(proto) + frame.information.prefix(room)
             sendControl(ProtocolNumber.lcp, ControlPacket(code: ControlCode.protocolReject, identifier: lcpIdentifier, data: data))
         }
     }
@@ -394,7 +394,7 @@ public struct PPPLink: Sendable {
         switch packet.code {
         case ControlCode.protocolReject:
             guard packet.data.count >= 2 else { return }
-            let rejected = UInt16(packet.data[0]) << 8 | UInt16(packet.data[1])
+            let rejected = BigEndian.uint16(packet.data, 0)
             if rejected == ProtocolNumber.ipcp {
                 // An NCP the peer rejects is stopped, not retried forever.
                 ipcp.protocolRejected(now: now)
@@ -404,11 +404,11 @@ public struct PPPLink: Sendable {
         case ControlCode.echoRequest:
             // RFC 1661 §5.8: answer with our magic number and the same data.
             let ours = lcp.policy.result.localMagic
-            let data = [UInt8(ours >> 24), UInt8((ours >> 16) & 0xFF), UInt8((ours >> 8) & 0xFF), UInt8(ours & 0xFF)] + packet.data.dropFirst(4)
+            let data = BigEndian.bytes(ours) + packet.data.dropFirst(4)
             sendControl(ProtocolNumber.lcp, ControlPacket(code: ControlCode.echoReply, identifier: packet.identifier, data: data))
         case ControlCode.echoReply:
             guard packet.data.count >= 4 else { return }
-            let magic = UInt32(packet.data[0]) << 24 | UInt32(packet.data[1]) << 16 | UInt32(packet.data[2]) << 8 | UInt32(packet.data[3])
+            let magic = BigEndian.uint32(packet.data, 0)
             // Our own reply coming back is not the peer answering (pppd ignores it too).
             if magic != 0 && magic == lcp.policy.result.localMagic { return }
             echoesOutstanding = 0
@@ -487,7 +487,7 @@ public struct PPPLink: Sendable {
             lcpIdentifier &+= 1
             let ours = lcp.policy.result.localMagic
             sendControl(ProtocolNumber.lcp, ControlPacket(code: ControlCode.echoRequest, identifier: lcpIdentifier,
-                                                          data: [UInt8(ours >> 24), UInt8((ours >> 16) & 0xFF), UInt8((ours >> 8) & 0xFF), UInt8(ours & 0xFF)]))
+                                                          data: BigEndian.bytes(ours)))
             echoesOutstanding += 1
         }
         nextEcho = now + e.interval
