@@ -8,6 +8,7 @@ public struct Instant: Sendable, Hashable, Comparable, CustomStringConvertible {
     public static let zero = Instant(nanoseconds: 0)
 
     public static func seconds(_ s: Double) -> Instant { Instant(nanoseconds: Int64(s * 1e9)) }
+    public static func milliseconds(_ ms: Int64) -> Instant { Instant(nanoseconds: ms * 1_000_000) }
 
     public static func < (a: Instant, b: Instant) -> Bool { a.nanoseconds < b.nanoseconds }
 

@@ -1,0 +1,620 @@
+/// A connection's handle in an `IPStack`.
+public struct ConnectionID: Sendable, Hashable, Comparable, CustomStringConvertible {
+    public let rawValue: Int
+    public static func < (a: ConnectionID, b: ConnectionID) -> Bool { a.rawValue < b.rawValue }
+    public var description: String { "#\(rawValue)" }
+}
+
+public enum StackEvent: Sendable, Equatable {
+    /// A connection to a listening port finished its handshake; take it with `accept`.
+    case acceptable(port: UInt16)
+    case tcp(ConnectionID, TCPEvent)
+    /// A datagram is queued on a bound UDP port; take it with `receiveDatagram`.
+    case datagram(port: UInt16)
+    case echoReply(from: IPv4Address, identifier: UInt16, sequence: UInt16, payload: [UInt8])
+    /// An ICMP error arrived about a packet we sent.
+    case icmpError(from: IPv4Address, type: UInt8, code: UInt8, about: IPv4Address)
+}
+
+public enum StackError: Error, Equatable, Sendable, CustomStringConvertible {
+    case portInUse(UInt16)
+    case noSuchConnection(ConnectionID)
+    case noEphemeralPort
+    case tooManyConnections
+
+    public var description: String {
+        switch self {
+        case let .portInUse(p): return "port \(p) is in use"
+        case let .noSuchConnection(id): return "no connection \(id)"
+        case .noEphemeralPort: return "no free local port"
+        case .tooManyConnections: return "connection limit reached"
+        }
+    }
+}
+
+public struct IPStackConfiguration: Sendable, Equatable {
+    public var address: IPv4Address
+    /// The largest IP packet the link carries (the peer's MRU on PPP).
+    public var mtu = 1500
+    /// Template for every connection; its MSS follows `mtu`.
+    public var tcp = TCPConfiguration()
+    public var timeToLive: UInt8 = 64
+    /// ICMP errors we send per second at most (RFC 1122 §3.2.2).
+    public var icmpErrorsPerSecond = 10
+    public var reassemblyMemory = 64 * 1024
+    public var reassemblyTimeout: Duration = .seconds(30)
+    public var maximumConnections = 4096
+    /// Connections finished but not yet accepted, per listening port.
+    public var listenBacklog = 128
+    /// Datagrams queued per UDP port before new ones are dropped.
+    public var udpQueueLimit = 64
+
+    public init(address: IPv4Address) { self.address = address }
+}
+
+public struct StackCounters: Sendable, Equatable, CustomStringConvertible {
+    public var ipReceived = 0
+    public var ipSent = 0
+    public var ipMalformed = 0
+    public var ipChecksumErrors = 0
+    public var ipNotForUs = 0
+    public var ipUnknownProtocol = 0
+    public var fragmentsReceived = 0
+    public var fragmentsSent = 0
+    public var datagramsReassembled = 0
+    public var reassemblyTimeouts = 0
+    public var reassemblyDrops = 0
+    public var icmpReceived = 0
+    public var icmpEchoRequests = 0
+    public var icmpEchoReplies = 0
+    public var icmpErrorsSent = 0
+    public var icmpRateLimited = 0
+    public var icmpChecksumErrors = 0
+    public var udpReceived = 0
+    public var udpSent = 0
+    public var udpNoPort = 0
+    public var udpChecksumErrors = 0
+    public var udpQueueDrops = 0
+    public var tcpChecksumErrors = 0
+    public var tcpMalformed = 0
+    public var tcpResetsSent = 0
+    public var tcpResetsReceived = 0
+    public var tcpActiveOpens = 0
+    public var tcpPassiveOpens = 0
+    public var tcpListenDrops = 0
+    /// Totals over every connection, closed ones included.
+    public var tcp = TCPConnectionCounters()
+
+    public init() {}
+
+    public var description: String {
+        "ip in \(ipReceived) out \(ipSent) bad \(ipMalformed) cksum \(ipChecksumErrors) not-for-us \(ipNotForUs) "
+            + "frag in \(fragmentsReceived) reasm \(datagramsReassembled) timeout \(reassemblyTimeouts); "
+            + "icmp in \(icmpReceived) echo \(icmpEchoRequests) errors-sent \(icmpErrorsSent) limited \(icmpRateLimited); "
+            + "udp in \(udpReceived) out \(udpSent) no-port \(udpNoPort) cksum \(udpChecksumErrors); "
+            + "tcp in \(tcp.segmentsReceived) out \(tcp.segmentsSent) retrans \(tcp.retransmittedSegments) "
+            + "fast-retrans \(tcp.fastRetransmits) timeouts \(tcp.timeouts) out-of-order \(tcp.outOfOrderSegments) "
+            + "cksum \(tcpChecksumErrors) resets in \(tcpResetsReceived) out \(tcpResetsSent)"
+    }
+}
+
+extension TCPConnectionCounters {
+    static func + (a: TCPConnectionCounters, b: TCPConnectionCounters) -> TCPConnectionCounters {
+        var c = a
+        c.segmentsSent += b.segmentsSent
+        c.segmentsReceived += b.segmentsReceived
+        c.bytesSent += b.bytesSent
+        c.bytesReceived += b.bytesReceived
+        c.retransmittedSegments += b.retransmittedSegments
+        c.fastRetransmits += b.fastRetransmits
+        c.timeouts += b.timeouts
+        c.outOfOrderSegments += b.outOfOrderSegments
+        c.outOfOrderDropped += b.outOfOrderDropped
+        c.duplicateSegments += b.duplicateSegments
+        c.challengeAcks += b.challengeAcks
+        c.zeroWindowProbes += b.zeroWindowProbes
+        c.keepAliveProbes += b.keepAliveProbes
+        return c
+    }
+}
+
+/// The host side of IPv4 on one point-to-point link: ICMP, UDP sockets and TCP connections,
+/// sans-IO. Packets and `now` in; packets, events and `pollAt` out. Nothing calls back.
+public struct IPStack: Sendable {
+    public private(set) var configuration: IPStackConfiguration
+    private var counterBase = StackCounters()
+    private var closedConnections = TCPConnectionCounters()
+    private var reassembly: FragmentReassembly
+    private var connections: [ConnectionID: TCPConnection] = [:]
+    private var demux: [FourTuple: ConnectionID] = [:]
+    private var listeners: [UInt16: Listener] = [:]
+    /// Passive connections not yet handed out, by id: the port they arrived on.
+    private var pendingAccept: [ConnectionID: UInt16] = [:]
+    /// Events of connections not yet accepted, delivered on `accept`.
+    private var eventsBeforeAccept: [ConnectionID: [TCPEvent]] = [:]
+    private var released: Set<ConnectionID> = []
+    private var udpSockets: [UInt16: [(TCPEndpoint, [UInt8])]] = [:]
+    private var outgoing: [[UInt8]] = []
+    private var events: [StackEvent] = []
+    private var nextConnection = 1
+    private var nextEphemeralPort: UInt16
+    private var identification: UInt16
+    private let isnKey: SipHash24
+    private var icmpTokens: Double
+    private var icmpRefilled: Instant = .zero
+
+    struct FourTuple: Hashable, Sendable {
+        var localPort: UInt16
+        var remote: TCPEndpoint
+    }
+
+    struct Listener: Sendable {
+        var ready: [ConnectionID] = []
+        var configuration: TCPConfiguration
+    }
+
+    public init(configuration: IPStackConfiguration, seed: UInt64) {
+        self.configuration = configuration
+        reassembly = FragmentReassembly(memoryLimit: configuration.reassemblyMemory, timeout: configuration.reassemblyTimeout)
+        var rng = SplitMix64(seed: seed)
+        isnKey = SipHash24(key0: rng.next(), key1: rng.next())
+        nextEphemeralPort = 49152 + UInt16(rng.next() % 16384)
+        identification = UInt16(truncatingIfNeeded: rng.next())
+        icmpTokens = Double(configuration.icmpErrorsPerSecond)
+        setMTU(configuration.mtu)
+    }
+
+    public var address: IPv4Address { configuration.address }
+
+    /// Follows the link: new connections use MSS = MTU - 40.
+    public mutating func setMTU(_ mtu: Int) {
+        configuration.mtu = max(mtu, 68)
+        configuration.tcp.maximumSegmentSize = configuration.mtu - 40
+    }
+
+    public var counters: StackCounters {
+        var c = counterBase
+        c.datagramsReassembled = reassembly.reassembled
+        c.reassemblyTimeouts = reassembly.timedOut
+        c.reassemblyDrops = reassembly.dropped
+        c.tcp = connections.values.reduce(closedConnections) { $0 + $1.counters }
+        return c
+    }
+
+    /// Bytes the stack holds for reassembly: IP fragments and out-of-order TCP segments.
+    public var reassemblyBytes: (fragments: Int, outOfOrder: Int) {
+        (reassembly.bytesHeld, connections.values.reduce(0) { $0 + $1.outOfOrderBytes })
+    }
+
+    public var connectionCount: Int { connections.count }
+
+    // MARK: Input
+
+    public mutating func receive(packet: [UInt8], now: Instant) {
+        counterBase.ipReceived += 1
+        let parsed: IPv4Header
+        do {
+            parsed = try packet.withUnsafeBytes { b throws(PacketError) in try IPv4Header(parsing: b) }
+        } catch {
+            counterBase.ipMalformed += 1
+            return
+        }
+        let valid = packet.withUnsafeBytes { IPv4Header.checksumValid(UnsafeRawBufferPointer(rebasing: $0[0..<parsed.headerLength])) }
+        guard valid else {
+            counterBase.ipChecksumErrors += 1
+            return
+        }
+        guard parsed.destination == configuration.address else {
+            counterBase.ipNotForUs += 1
+            return
+        }
+        var header = parsed
+        var payload = Array(packet[header.headerLength..<header.totalLength])
+        if header.isFragment {
+            counterBase.fragmentsReceived += 1
+            guard let (whole, bytes) = reassembly.add(header: header, payload: payload, now: now) else { return }
+            header = whole
+            payload = bytes
+        }
+        switch header.protocol {
+        case IPProtocol.tcp: receiveTCP(header, payload, now: now)
+        case IPProtocol.udp: receiveUDP(header, payload, now: now)
+        case IPProtocol.icmp: receiveICMP(header, payload, now: now)
+        default:
+            counterBase.ipUnknownProtocol += 1
+            // RFC 1122 §3.2.2.1: protocol unreachable.
+            sendICMPError(type: ICMPHeader.destinationUnreachable, code: 2, about: header, payload: payload, now: now)
+        }
+    }
+
+    private mutating func receiveICMP(_ ip: IPv4Header, _ payload: [UInt8], now: Instant) {
+        counterBase.icmpReceived += 1
+        guard InternetChecksum.checksum(payload) == 0 else {
+            counterBase.icmpChecksumErrors += 1
+            return
+        }
+        guard let icmp = try? payload.withUnsafeBytes({ b throws(PacketError) in try ICMPHeader(parsing: b) }) else { return }
+        let data = Array(payload[8...])
+        switch icmp.type {
+        case ICMPHeader.echoRequest:
+            counterBase.icmpEchoRequests += 1
+            var reply = ICMPHeader(type: ICMPHeader.echoReply, code: 0, restOfHeader: icmp.restOfHeader)
+            reply.checksum = 0
+            send(protocol: IPProtocol.icmp, to: ip.source, payload: reply.emit(payload: data) + data)
+        case ICMPHeader.echoReply:
+            counterBase.icmpEchoReplies += 1
+            events.append(.echoReply(from: ip.source, identifier: icmp.identifier, sequence: icmp.sequence, payload: data))
+        case ICMPHeader.destinationUnreachable, ICMPHeader.timeExceeded:
+            // The quoted header's destination tells which of our packets it concerns.
+            if data.count >= 20 && data[0] >> 4 == 4 {
+                let about = IPv4Address(data[16], data[17], data[18], data[19])
+                events.append(.icmpError(from: ip.source, type: icmp.type, code: icmp.code, about: about))
+            }
+        default:
+            break
+        }
+    }
+
+    // MARK: UDP
+
+    public mutating func bindUDP(port: UInt16) throws(StackError) {
+        guard udpSockets[port] == nil else { throw .portInUse(port) }
+        udpSockets[port] = []
+    }
+
+    public mutating func unbindUDP(port: UInt16) { udpSockets[port] = nil }
+
+    /// The oldest datagram queued on `port`: sender and payload.
+    public mutating func receiveDatagram(port: UInt16) -> (from: TCPEndpoint, payload: [UInt8])? {
+        guard var queue = udpSockets[port], !queue.isEmpty else { return nil }
+        let first = queue.removeFirst()
+        udpSockets[port] = queue
+        return first
+    }
+
+    public mutating func sendDatagram(from port: UInt16, to destination: TCPEndpoint, payload: [UInt8], now: Instant) {
+        let udp = UDPHeader(sourcePort: port, destinationPort: destination.port, payloadLength: payload.count)
+        counterBase.udpSent += 1
+        send(protocol: IPProtocol.udp, to: destination.address, payload: udp.emit(source: configuration.address, destination: destination.address, payload: payload) + payload)
+    }
+
+    private mutating func receiveUDP(_ ip: IPv4Header, _ payload: [UInt8], now: Instant) {
+        counterBase.udpReceived += 1
+        guard let udp = try? payload.withUnsafeBytes({ b throws(PacketError) in try UDPHeader(parsing: b) }), udp.length <= payload.count else {
+            counterBase.udpChecksumErrors += 1
+            return
+        }
+        // RFC 768: a zero checksum means none was computed.
+        if udp.checksum != 0 {
+            let pseudo = InternetChecksum.pseudoHeaderSum(source: ip.source, destination: ip.destination, protocol: IPProtocol.udp, length: udp.length)
+            guard InternetChecksum.finish(InternetChecksum.sum(payload[0..<udp.length], into: pseudo)) == 0 else {
+                counterBase.udpChecksumErrors += 1
+                return
+            }
+        }
+        guard var queue = udpSockets[udp.destinationPort] else {
+            counterBase.udpNoPort += 1
+            sendICMPError(type: ICMPHeader.destinationUnreachable, code: 3, about: ip, payload: payload, now: now)
+            return
+        }
+        guard queue.count < configuration.udpQueueLimit else {
+            counterBase.udpQueueDrops += 1
+            return
+        }
+        queue.append((TCPEndpoint(ip.source, udp.sourcePort), Array(payload[8..<udp.length])))
+        udpSockets[udp.destinationPort] = queue
+        events.append(.datagram(port: udp.destinationPort))
+    }
+
+    // MARK: ICMP
+
+    /// Sends an echo request; the reply arrives as `.echoReply`.
+    public mutating func ping(_ destination: IPv4Address, identifier: UInt16, sequence: UInt16, payload: [UInt8], now: Instant) {
+        let icmp = ICMPHeader(type: ICMPHeader.echoRequest, code: 0, restOfHeader: UInt32(identifier) << 16 | UInt32(sequence))
+        send(protocol: IPProtocol.icmp, to: destination, payload: icmp.emit(payload: payload) + payload)
+    }
+
+    /// RFC 1122 §3.2.2: never about an ICMP error, a non-initial fragment, or a packet from a
+    /// non-unicast source; rate-limited by a token bucket.
+    private mutating func sendICMPError(type: UInt8, code: UInt8, about ip: IPv4Header, payload: [UInt8], now: Instant) {
+        if ip.protocol == IPProtocol.icmp, let t = payload.first, t != ICMPHeader.echoRequest && t != ICMPHeader.echoReply { return }
+        if ip.fragmentOffset != 0 { return }
+        let s = ip.source.value
+        if s == 0 || s == 0xFFFF_FFFF || (s >> 28) == 0xE { return }
+        let elapsed = Double((now - icmpRefilled).nanoseconds) / 1e9
+        icmpRefilled = now
+        let limit = Double(configuration.icmpErrorsPerSecond)
+        icmpTokens = min(limit, icmpTokens + elapsed * limit)
+        guard icmpTokens >= 1 else {
+            counterBase.icmpRateLimited += 1
+            return
+        }
+        icmpTokens -= 1
+        counterBase.icmpErrorsSent += 1
+        var quoted = ip
+        quoted.payloadLength = payload.count
+        let body = quoted.emit() + payload.prefix(8)
+        let icmp = ICMPHeader(type: type, code: code, restOfHeader: 0)
+        send(protocol: IPProtocol.icmp, to: ip.source, payload: icmp.emit(payload: body) + body)
+    }
+
+    // MARK: IP output
+
+    private mutating func send(protocol proto: UInt8, to destination: IPv4Address, payload: [UInt8]) {
+        identification &+= 1
+        var h = IPv4Header(protocol: proto, source: configuration.address, destination: destination, payloadLength: payload.count)
+        h.identification = identification
+        h.timeToLive = configuration.timeToLive
+        // TCP sizes its segments to the MTU, so it may forbid fragmentation; others are split.
+        if proto == IPProtocol.tcp { h.dontFragment = true }
+        if h.totalLength <= configuration.mtu {
+            outgoing.append(h.emit() + payload)
+            counterBase.ipSent += 1
+            return
+        }
+        let chunk = (configuration.mtu - h.headerLength) / 8 * 8
+        var offset = 0
+        while offset < payload.count {
+            let n = min(chunk, payload.count - offset)
+            var f = h
+            f.dontFragment = false
+            f.fragmentOffset = offset
+            f.moreFragments = offset + n < payload.count
+            f.payloadLength = n
+            outgoing.append(f.emit() + payload[offset..<(offset + n)])
+            counterBase.ipSent += 1
+            counterBase.fragmentsSent += 1
+            offset += n
+        }
+    }
+
+    public mutating func takeOutgoing() -> [[UInt8]] {
+        collectSegments()
+        defer { outgoing.removeAll(keepingCapacity: true) }
+        return outgoing
+    }
+
+    public mutating func takeEvents() -> [StackEvent] {
+        collectSegments()
+        defer { events.removeAll(keepingCapacity: true) }
+        return events
+    }
+
+    // MARK: Time
+
+    public var pollAt: Instant? {
+        var t = reassembly.pollAt
+        for c in connections.values {
+            if let p = c.pollAt { t = t.map { min($0, p) } ?? p }
+        }
+        return t
+    }
+
+    public mutating func poll(now: Instant) {
+        for (header, firstBytes) in reassembly.expire(now: now) {
+            // RFC 792: fragment reassembly time exceeded.
+            sendICMPError(type: ICMPHeader.timeExceeded, code: 1, about: header, payload: firstBytes, now: now)
+        }
+        for id in Array(connections.keys) {
+            guard let p = connections[id]?.pollAt, p <= now else { continue }
+            connections[id]!.poll(now: now)
+        }
+        collectSegments()
+    }
+}
+
+// MARK: - TCP
+
+extension IPStack {
+    public mutating func listen(port: UInt16, configuration tcp: TCPConfiguration? = nil) throws(StackError) {
+        guard listeners[port] == nil else { throw .portInUse(port) }
+        var c = tcp ?? configuration.tcp
+        c.maximumSegmentSize = configuration.tcp.maximumSegmentSize
+        listeners[port] = Listener(configuration: c)
+    }
+
+    /// Stops accepting; connections already made live on.
+    public mutating func unlisten(port: UInt16) {
+        guard let l = listeners.removeValue(forKey: port) else { return }
+        for id in l.ready { pendingAccept[id] = nil; abort(id, now: nil) }
+    }
+
+    public var listeningPorts: [UInt16] { listeners.keys.sorted() }
+
+    /// An established connection from `port`'s queue.
+    public mutating func accept(port: UInt16) -> ConnectionID? {
+        guard var l = listeners[port], !l.ready.isEmpty else { return nil }
+        let id = l.ready.removeFirst()
+        listeners[port] = l
+        pendingAccept[id] = nil
+        for e in eventsBeforeAccept.removeValue(forKey: id) ?? [] { events.append(.tcp(id, e)) }
+        return id
+    }
+
+    /// Active open from an ephemeral port (or `localPort`) to `remote`.
+    public mutating func connect(to remote: TCPEndpoint, localPort: UInt16? = nil, configuration tcp: TCPConfiguration? = nil, now: Instant) throws(StackError) -> ConnectionID {
+        guard connections.count < configuration.maximumConnections else { throw .tooManyConnections }
+        let port: UInt16
+        if let p = localPort {
+            guard demux[FourTuple(localPort: p, remote: remote)] == nil else { throw .portInUse(p) }
+            port = p
+        } else {
+            port = try ephemeralPort(for: remote)
+        }
+        var c = tcp ?? configuration.tcp
+        c.maximumSegmentSize = configuration.tcp.maximumSegmentSize
+        let local = TCPEndpoint(configuration.address, port)
+        let conn = TCPConnection(local: local, remote: remote, initialSequence: initialSequence(local: local, remote: remote, now: now), configuration: c, now: now)
+        let id = register(conn)
+        counterBase.tcpActiveOpens += 1
+        return id
+    }
+
+    private mutating func ephemeralPort(for remote: TCPEndpoint) throws(StackError) -> UInt16 {
+        for _ in 0..<16384 {
+            let p = nextEphemeralPort
+            nextEphemeralPort = p == 65535 ? 49152 : p + 1
+            if demux[FourTuple(localPort: p, remote: remote)] == nil && listeners[p] == nil { return p }
+        }
+        throw .noEphemeralPort
+    }
+
+    /// RFC 6528: ISN = M + F(4-tuple, secret), M a 4-microsecond clock.
+    private func initialSequence(local: TCPEndpoint, remote: TCPEndpoint, now: Instant) -> SequenceNumber {
+        let tuple = local.address.bytes + BigEndian.bytes(local.port) + remote.address.bytes + BigEndian.bytes(remote.port)
+        let f = UInt32(truncatingIfNeeded: isnKey.hash(tuple))
+        return SequenceNumber(UInt32(truncatingIfNeeded: now.nanoseconds / 4000) &+ f)
+    }
+
+    private mutating func register(_ conn: TCPConnection) -> ConnectionID {
+        let id = ConnectionID(rawValue: nextConnection)
+        nextConnection += 1
+        connections[id] = conn
+        demux[FourTuple(localPort: conn.local.port, remote: conn.remote)] = id
+        return id
+    }
+
+    public func state(_ id: ConnectionID) -> TCPState? { connections[id]?.state }
+    public func connection(_ id: ConnectionID) -> TCPConnection? { connections[id] }
+    public var connectionIDs: [ConnectionID] { connections.keys.sorted() }
+
+    @discardableResult
+    public mutating func write<C: Collection<UInt8>>(_ id: ConnectionID, _ bytes: C, now: Instant) -> Int {
+        guard connections[id] != nil else { return 0 }
+        return connections[id]!.write(bytes, now: now)
+    }
+
+    public mutating func read(_ id: ConnectionID, maximum: Int = .max, now: Instant) -> [UInt8] {
+        guard connections[id] != nil else { return [] }
+        return connections[id]!.read(maximum: maximum, now: now)
+    }
+
+    public func writableBytes(_ id: ConnectionID) -> Int { connections[id]?.writableBytes ?? 0 }
+    public func readableBytes(_ id: ConnectionID) -> Int { connections[id]?.readableBytes ?? 0 }
+    /// True once the peer's FIN is read past, or the connection is gone.
+    public func atEndOfStream(_ id: ConnectionID) -> Bool { connections[id].map { $0.atEndOfStream || $0.state == .closed } ?? true }
+
+    public mutating func shutdownWrite(_ id: ConnectionID, now: Instant) {
+        connections[id]?.shutdownWrite(now: now)
+    }
+
+    /// Full close; the stack forgets the connection once it has finished.
+    public mutating func close(_ id: ConnectionID, now: Instant) {
+        guard connections[id] != nil else { return }
+        released.insert(id)
+        connections[id]!.close(now: now)
+    }
+
+    public mutating func abort(_ id: ConnectionID, now: Instant?) {
+        guard connections[id] != nil else { return }
+        released.insert(id)
+        connections[id]!.abort(now: now ?? .zero)
+    }
+
+    public mutating func setNagle(_ id: ConnectionID, _ on: Bool, now: Instant) { connections[id]?.setNagle(on, now: now) }
+    public mutating func setDelayedAck(_ id: ConnectionID, _ delay: Duration?) { connections[id]?.setDelayedAck(delay) }
+    public mutating func setKeepAlive(_ id: ConnectionID, _ keepAlive: TCPKeepAlive?) { connections[id]?.setKeepAlive(keepAlive) }
+    public mutating func setUserTimeout(_ id: ConnectionID, _ timeout: Duration?) { connections[id]?.setUserTimeout(timeout) }
+
+    private mutating func receiveTCP(_ ip: IPv4Header, _ segment: [UInt8], now: Instant) {
+        let pseudo = InternetChecksum.pseudoHeaderSum(source: ip.source, destination: ip.destination, protocol: IPProtocol.tcp, length: segment.count)
+        guard InternetChecksum.finish(InternetChecksum.sum(segment, into: pseudo)) == 0 else {
+            counterBase.tcpChecksumErrors += 1
+            return
+        }
+        guard let h = try? segment.withUnsafeBytes({ b throws(PacketError) in try TCPHeader(parsing: b) }) else {
+            counterBase.tcpMalformed += 1
+            return
+        }
+        let payload = Array(segment[h.headerLength...])
+        let remote = TCPEndpoint(ip.source, h.sourcePort)
+        if h.flags.contains(.rst) { counterBase.tcpResetsReceived += 1 }
+        if let id = demux[FourTuple(localPort: h.destinationPort, remote: remote)] {
+            connections[id]!.receive(h, payload: payload, now: now)
+            return
+        }
+        if h.flags.contains(.syn) && !h.flags.contains(.ack) && !h.flags.contains(.rst), let listener = listeners[h.destinationPort] {
+            let halfOpen = pendingAccept.values.filter { $0 == h.destinationPort }.count
+            guard halfOpen < configuration.listenBacklog, connections.count < configuration.maximumConnections else {
+                counterBase.tcpListenDrops += 1
+                return
+            }
+            let local = TCPEndpoint(configuration.address, h.destinationPort)
+            let conn = TCPConnection(local: local, remote: remote, initialSequence: initialSequence(local: local, remote: remote, now: now),
+                                     configuration: listener.configuration, syn: h, now: now)
+            let id = register(conn)
+            pendingAccept[id] = h.destinationPort
+            counterBase.tcpPassiveOpens += 1
+            return
+        }
+        // RFC 9293 §3.10.7.1: a segment for no connection gets a reset.
+        guard !h.flags.contains(.rst) else { return }
+        var reset = TCPHeader(sourcePort: h.destinationPort, destinationPort: h.sourcePort, sequenceNumber: 0, flags: [.rst], window: 0)
+        if h.flags.contains(.ack) {
+            reset.sequenceNumber = h.acknowledgmentNumber
+        } else {
+            reset.flags.insert(.ack)
+            let length = payload.count + (h.flags.contains(.syn) ? 1 : 0) + (h.flags.contains(.fin) ? 1 : 0)
+            reset.acknowledgmentNumber = h.sequenceNumber &+ UInt32(length)
+        }
+        counterBase.tcpResetsSent += 1
+        send(protocol: IPProtocol.tcp, to: ip.source, payload: reset.emit(source: configuration.address, destination: ip.source, payload: []))
+    }
+
+    /// Moves every connection's segments and events out, and forgets finished connections.
+    private mutating func collectSegments() {
+        var finished: [ConnectionID] = []
+        for id in Array(connections.keys) {
+            let segments = connections[id]!.takeSegments()
+            let connEvents = connections[id]!.takeEvents()
+            if segments.isEmpty && connEvents.isEmpty && connections[id]!.state != .closed { continue }
+            let conn = connections[id]!
+            for s in segments {
+                if s.header.flags.contains(.rst) { counterBase.tcpResetsSent += 1 }
+                let bytes = s.header.emit(source: conn.local.address, destination: conn.remote.address, payload: s.payload) + s.payload
+                send(protocol: IPProtocol.tcp, to: conn.remote.address, payload: bytes)
+            }
+            for e in connEvents {
+                if let port = pendingAccept[id] {
+                    // Not handed out yet: only the handshake's end matters.
+                    if e == .established, var l = listeners[port], l.ready.count < configuration.listenBacklog {
+                        l.ready.append(id)
+                        listeners[port] = l
+                        events.append(.acceptable(port: port))
+                    } else if e != .established {
+                        eventsBeforeAccept[id, default: []].append(e)
+                    }
+                    continue
+                }
+                events.append(.tcp(id, e))
+            }
+            if conn.state == .closed && (released.contains(id) || pendingAccept[id] != nil || conn.readableBytes == 0) {
+                finished.append(id)
+            }
+        }
+        for id in finished {
+            guard let conn = connections.removeValue(forKey: id) else { continue }
+            closedConnections = closedConnections + conn.counters
+            demux[FourTuple(localPort: conn.local.port, remote: conn.remote)] = nil
+            if let port = pendingAccept.removeValue(forKey: id), var l = listeners[port] {
+                l.ready.removeAll { $0 == id }
+                listeners[port] = l
+            }
+            released.remove(id)
+            eventsBeforeAccept[id] = nil
+        }
+    }
+}
+
+/// SplitMix64: a small seeded generator for the stack's secrets and port choice.
+public struct SplitMix64: RandomNumberGenerator, Sendable {
+    private var state: UInt64
+    public init(seed: UInt64) { state = seed }
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D4_9B13_3111_49EB
+        return z ^ (z >> 31)
+    }
+}
