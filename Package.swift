@@ -58,6 +58,7 @@ let package = Package(
         .testTarget(name: "FramingTests", dependencies: ["Framing"]),
         .testTarget(name: "PPPTests", dependencies: ["PPP", "Framing", "NetStack"]),
         .testTarget(name: "NetStackTests", dependencies: ["NetStack"]),
+        .testTarget(name: "SimulationTests", dependencies: ["PPP", "NetStack", "Framing", "Crypto"]),
         .testTarget(name: "CaptureTests", dependencies: ["Capture", "Framing", "PPP", "NetStack", "Crypto"]),
         .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Capture"]),
         // Real peers: Debian's pppd in a QEMU VM (Tools/vmpeer) against the built `pppbridge`.

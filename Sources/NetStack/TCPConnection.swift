@@ -118,7 +118,7 @@ public struct TCPConnection: Sendable {
     public private(set) var retransmissionTimer: RetransmissionTimer
     private var retransmitDeadline: Instant?
     private var retransmissions = 0
-    private var rttTiming: (sequence: SequenceNumber, sent: Instant)?
+    private var rttTiming: (sequence: SequenceNumber, sent: Instant, retransmitted: Bool)?
     private var persistDeadline: Instant?
     private var persistBackoff = 0
     private var unansweredProbes = 0
@@ -438,7 +438,6 @@ public struct TCPConnection: Sendable {
         // RFC 2018 §8: after a timeout the SACKed bits are forgotten.
         scoreboard.removeAll()
         highRetransmitted = sendUnacknowledged
-        rttTiming = nil
         sendNext = sendUnacknowledged
         output(now: now)
         if retransmitDeadline == nil && sendMax != sendUnacknowledged {
@@ -733,18 +732,19 @@ public struct TCPConnection: Sendable {
         if sendNext < ack { sendNext = ack }
         retransmissions = 0
 
-        // RTT: timestamps echo when present, else the one timed segment (Karn: never a retransmitted one).
-        var sampled = false
-        if timestampsEnabled {
-            for option in h.options {
-                if case let .timestamps(_, echo) = option, echo != 0 {
-                    let ms = Int64(Int32(bitPattern: timestampValue(now) &- echo))
-                    if ms >= 0 { retransmissionTimer.sample(.milliseconds(ms)); sampled = true }
-                }
-            }
-        }
+        // RTT, once per round trip (RFC 6298 §3): from the echoed timestamp when there is one,
+        // which stays valid across retransmissions, else from the timed segment, which Karn's
+        // rule discards once anything was resent. Sampling every ACK instead would let RTTVAR
+        // collapse while a serial line's queue keeps growing, and the timer fire spuriously.
         if let timing = rttTiming, ack > timing.sequence {
-            if !sampled { retransmissionTimer.sample(now - timing.sent) }
+            var echoed: UInt32?
+            for option in h.options { if case let .timestamps(_, echo) = option, echo != 0 { echoed = echo } }
+            if timestampsEnabled, let echo = echoed {
+                let ms = Int64(Int32(bitPattern: timestampValue(now) &- echo))
+                if ms >= 0 { retransmissionTimer.sample(.milliseconds(ms)) }
+            } else if !timing.retransmitted {
+                retransmissionTimer.sample(now - timing.sent)
+            }
             rttTiming = nil
         }
 
@@ -820,7 +820,6 @@ public struct TCPConnection: Sendable {
         counters.fastRetransmits += 1
         retransmit(from: sendUnacknowledged, now: now)
         congestionWindow = sackPermitted ? slowStartThreshold : slowStartThreshold + 3 * mss
-        rttTiming = nil
     }
 
     /// Resends one segment starting at `start`, stopping short of the next SACKed block.
@@ -1015,7 +1014,7 @@ public struct TCPConnection: Sendable {
         counters.segmentsSent += 1
         sendNext = initialSendSequence + 1
         sendMax = SequenceNumber.max(sendMax, sendNext)
-        if retransmissions == 0 && rttTiming == nil { rttTiming = (initialSendSequence, now) }
+        if retransmissions == 0 && rttTiming == nil { rttTiming = (initialSendSequence, now, false) }
         if retransmissions > 0 { rttTiming = nil }
         retransmitDeadline = now + retransmissionTimer.timeout
         ackNow = false
@@ -1145,9 +1144,9 @@ public struct TCPConnection: Sendable {
         }
         if isRetransmission {
             counters.retransmittedSegments += 1
-            rttTiming = nil
-        } else if rttTiming == nil && !timestampsEnabled {
-            rttTiming = (start, now)
+            rttTiming?.retransmitted = true
+        } else if rttTiming == nil {
+            rttTiming = (start, now, false)
         }
         if armTimer && retransmitDeadline == nil { retransmitDeadline = now + retransmissionTimer.timeout }
         if unacknowledgedSince == nil { unacknowledgedSince = now }

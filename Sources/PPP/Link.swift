@@ -187,6 +187,9 @@ public struct PPPLink: Sendable {
         bytes.withUnsafeBytes { receive($0, now: now) }
     }
 
+    /// The largest packet the peer takes (its MRU as LCP negotiated; 1500 before).
+    public var transmitMRU: Int { lcp.policy.result.transmitMRU }
+
     /// Sends an IPv4 packet; false when IPCP is not open or the packet exceeds the peer's MRU.
     @discardableResult
     public mutating func send(ipPacket: [UInt8], now: Instant) -> Bool {
