@@ -423,6 +423,7 @@ extension IPStack {
 
     /// An established connection from `port`'s queue.
     public mutating func accept(port: UInt16) -> ConnectionID? {
+        collectSegments()
         guard var l = listeners[port], !l.ready.isEmpty else { return nil }
         let id = l.ready.removeFirst()
         listeners[port] = l

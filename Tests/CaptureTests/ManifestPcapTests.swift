@@ -284,3 +284,24 @@ import Testing
         }
     }
 }
+
+extension ManifestPcapTests {
+    /// The synthetic fragmented SYN: our stack, as 2.2.2.2 listening on 8080, reassembles the
+    /// three fragments and answers the SYN with a SYN-ACK.
+    @Test func fragmentedSYNReassemblesAndIsAnswered() throws {
+        let trace = try Traces.load("dltppp_pfc_ipv4_frag_tcp_syn.pcap")
+        var stack = IPStack(configuration: IPStackConfiguration(address: IPv4Address(2, 2, 2, 2)), seed: 1)
+        try stack.listen(port: 8080)
+        for f in trace.frames { stack.receive(packet: f.frame.information, now: .zero) }
+        #expect(stack.counters.fragmentsReceived == 3)
+        #expect(stack.counters.datagramsReassembled == 1)
+        let out = stack.takeOutgoing()
+        #expect(out.count == 1)
+        let (ip, tcp, _) = try tcpSegment(try #require(out.first))
+        #expect(ip.destination == IPv4Address(1, 1, 1, 1))
+        #expect(tcp.flags == [.syn, .ack])
+        #expect(tcp.sourcePort == 8080 && tcp.destinationPort == 12345)
+        #expect(tcp.options.contains(.windowScale(3)), "the SYN's window-scale option was seen, so ours is sent")
+        #expect(stack.reassemblyBytes.fragments == 0)
+    }
+}
