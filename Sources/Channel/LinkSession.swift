@@ -18,11 +18,29 @@ public final class LinkSession {
     private let onEvent: (LinkEvent) -> Void
     private var pending: [UInt8] = []
     private let started: Instant
+    /// What carries IP once IPCP is up; without one, IP packets are counted and dropped.
+    public let attachment: NetworkAttachment?
+    /// Seeded frame loss on the line, both ways, for recovery tests against real peers.
+    private var inboundLoss: FrameDropper?
+    private var outboundLoss: FrameDropper?
+    /// Close the link once the attachment says it is finished (e.g. a ping run).
+    public var closeWhenAttachmentFinished = false
+    /// Lines for a person (counters on SIGUSR1).
+    public var report: (String) -> Void = { _ in }
+    public private(set) var ipPacketsDropped = 0
+    /// The line's output queue is not filled beyond this from the attachment's sources.
+    public var lineQueueLimit = 256 * 1024
 
     public init(line: SerialLine, link: PPPLink, pcap: PcapWriter? = nil, record: PPPDRecordWriter? = nil,
+                attachment: NetworkAttachment? = nil, frameLoss: Double = 0, seed: UInt64 = 1,
                 onEvent: @escaping (LinkEvent) -> Void) {
         self.line = line
         self.link = link
+        self.attachment = attachment
+        if frameLoss > 0 {
+            inboundLoss = FrameDropper(frameLoss: frameLoss, seed: seed)
+            outboundLoss = FrameDropper(frameLoss: frameLoss, seed: seed &+ 1)
+        }
         self.pcap = pcap
         self.record = record
         self.onEvent = onEvent
@@ -41,6 +59,7 @@ public final class LinkSession {
         defer {
             signal(SIGINT, SIG_DFL)
             signal(SIGTERM, SIG_DFL)
+            signal(SIGUSR1, SIG_DFL)
             signalPipeWriter = -1
             Glibc.close(fds[0])
             Glibc.close(fds[1])
@@ -51,8 +70,9 @@ public final class LinkSession {
         sigemptyset(&unblock)
         sigaddset(&unblock, SIGINT)
         sigaddset(&unblock, SIGTERM)
+        sigaddset(&unblock, SIGUSR1)
         pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
-        for s in [SIGINT, SIGTERM] {
+        for s in [SIGINT, SIGTERM, SIGUSR1] {
             var action = sigaction()
             action.__sigaction_handler.sa_handler = { signo in
                 var b = UInt8(truncatingIfNeeded: signo)
@@ -74,13 +94,16 @@ public final class LinkSession {
         }
         try watch(line.descriptor, EPOLLIN.rawValue)
         try watch(fds[0], EPOLLIN.rawValue)
+        let attachmentDescriptors = attachment?.descriptors ?? []
+        for fd in attachmentDescriptors { try watch(fd, EPOLLIN.rawValue) }
+        var watchingAttachment = true
 
         var now = monotonicNow()
         link.open(now: now)
         try drain(now: now)
         var closeDeadline: Instant?
         var buffer = [UInt8](repeating: 0, count: 65536)
-        var events = [epoll_event](repeating: epoll_event(), count: 4)
+        var events = [epoll_event](repeating: epoll_event(), count: 8)
 
         while link.downReason == nil {
             let wantOutput = !pending.isEmpty
@@ -88,7 +111,13 @@ public final class LinkSession {
                 try watch(line.descriptor, EPOLLIN.rawValue | (wantOutput ? EPOLLOUT.rawValue : 0), modify: true)
                 watchingOutput = wantOutput
             }
-            let deadline = earliest(link.pollAt, closeDeadline)
+            // Back-pressure: a fast source (the kernel through TUN) waits while the line is behind.
+            let wantAttachment = pending.count < lineQueueLimit
+            if wantAttachment != watchingAttachment {
+                for fd in attachmentDescriptors { try watch(fd, wantAttachment ? EPOLLIN.rawValue : 0, modify: true) }
+                watchingAttachment = wantAttachment
+            }
+            let deadline = earliest(link.pollAt, closeDeadline, attachment?.pollAt)
             var timeout: Int32 = -1
             if let d = deadline {
                 let ms = (d.nanoseconds - monotonicNow().nanoseconds + 999_999) / 1_000_000
@@ -103,6 +132,10 @@ public final class LinkSession {
                 if fd == fds[0] {
                     var b: UInt8 = 0
                     while read(fds[0], &b, 1) == 1 {
+                        if Int32(b) == SIGUSR1 {
+                            for text in attachment?.report() ?? [] { report(text) }
+                            continue
+                        }
                         if closeDeadline == nil {
                             link.close(now: now)
                             closeDeadline = now + closeGrace
@@ -117,6 +150,14 @@ public final class LinkSession {
                     try readLine(into: &buffer, now: now)
                 }
                 if flags & EPOLLOUT.rawValue != 0 { try flushPending() }
+                if attachmentDescriptors.contains(fd), let a = attachment {
+                    try a.readable(fd, room: max(0, lineQueueLimit - pending.count), now: now)
+                }
+            }
+            if let a = attachment, let p = a.pollAt, p <= now { a.poll(now: now) }
+            if let a = attachment, a.finished, closeWhenAttachmentFinished, closeDeadline == nil {
+                link.close(now: now)
+                closeDeadline = now + closeGrace
             }
             link.poll(now: now)
             try drain(now: now)
@@ -148,15 +189,41 @@ public final class LinkSession {
                 return
             }
             line.peerAttached()
-            let chunk = Array(buffer[0..<count])
+            var chunk = Array(buffer[0..<count])
             record?.record(.received, chunk, elapsedTenths: tenths(now))
+            if inboundLoss != nil { chunk = inboundLoss!.filter(chunk) }
             link.receive(chunk, now: now)
         }
     }
 
     private func drain(now: Instant) throws(SystemError) {
-        let out = link.takeTransmit()
+        // Events first, so the attachment is up before the packets that follow IPCP.
+        for e in link.takeEvents() {
+            switch e {
+            case let .ipcpOpened(result):
+                do {
+                    try attachment?.linkUp(result, mtu: link.transmitMRU, now: now)
+                } catch {
+                    report("pppbridge: \(error)")
+                    link.close(now: now, reason: "Local network setup failed")
+                }
+            case .ipcpClosed, .down:
+                attachment?.linkDown()
+            default:
+                break
+            }
+            onEvent(e)
+        }
+        let packets = link.takeReceivedIPPackets()
+        if let a = attachment {
+            for p in packets { a.receive(packet: p, now: now) }
+            for p in a.takeOutgoing(now: now) where !link.send(ipPacket: p, now: now) { ipPacketsDropped += 1 }
+        } else {
+            ipPacketsDropped += packets.count
+        }
+        var out = link.takeTransmit()
         if !out.isEmpty {
+            if outboundLoss != nil { out = outboundLoss!.filter(out) }
             record?.record(.sent, out, elapsedTenths: tenths(now))
             pending += out
             try flushPending()
@@ -168,7 +235,6 @@ public final class LinkSession {
             }
             pcap.flush()
         }
-        for e in link.takeEvents() { onEvent(e) }
     }
 
     private func flushPending() throws(SystemError) {

@@ -46,6 +46,18 @@ struct RunCommand {
       --peer NAME:SECRET     credentials the peer may authenticate with (repeatable)
       --user NAME --password SECRET   what we authenticate with when the peer asks
       --name NAME            our name in CHAP challenges (default pppbridge)
+    IP on the link (our own TCP/IP stack unless --tun):
+      --services LIST        answer echo (7), discard (9), chargen (19) on our PPP address
+                             (comma-separated; off by default)
+      --ping ADDR            ping ADDR through the link once it is up (our stack)
+      --ping-count N         how many pings (default 3); without --services the link is
+                             closed after the last reply or a 2 s wait
+      --tun NAME             hand IP packets to TUN interface NAME instead (given the
+                             negotiated addresses and MTU; needs CAP_NET_ADMIN)
+      --tcp-no-sack --tcp-no-window-scaling --tcp-no-timestamps
+                             do not offer these TCP options
+      --frame-loss PERCENT   drop this share of frames both ways, seeded (testing only)
+      SIGUSR1 prints the stack's counters (or the TUN's packet counts).
     output:
       --debug                print every control packet as pppd does (sent [...] / rcvd [...])
       --pcap FILE            write every frame to a pcap (link type 204, with direction)
@@ -78,6 +90,12 @@ struct RunCommand {
         var debug = false
         var pcapPath: String?
         var recordPath: String?
+        var services: [DiagnosticService] = []
+        var pingTarget: IPv4Address?
+        var pingCount = 3
+        var tunName: String?
+        var tcp = TCPConfiguration()
+        var frameLoss = 0.0
 
         var it = arguments.makeIterator()
         func value(_ flag: String) -> String? {
@@ -164,6 +182,26 @@ struct RunCommand {
             case "--debug": debug = true
             case "--pcap": guard let v = value(a) else { return usage }; pcapPath = v
             case "--record": guard let v = value(a) else { return usage }; recordPath = v
+            case "--services":
+                guard let v = value(a) else { return usage }
+                for name in v.split(separator: ",") {
+                    guard let service = DiagnosticService(rawValue: String(name)) else {
+                        error("pppbridge run: --services takes echo, discard and chargen, not '\(name)'"); return usage
+                    }
+                    services.append(service)
+                }
+            case "--ping": guard case let .some(.some(x)) = address(a) else { return usage }; pingTarget = x
+            case "--ping-count":
+                guard let n = number(a), n > 0 else { error("pppbridge run: --ping-count takes a count > 0"); return usage }
+                pingCount = n
+            case "--tun": guard let v = value(a) else { return usage }; tunName = v
+            case "--tcp-no-sack": tcp.selectiveAcknowledgments = false
+            case "--tcp-no-window-scaling": tcp.windowScaling = false
+            case "--tcp-no-timestamps": tcp.timestamps = false
+            case "--frame-loss":
+                guard let v = value(a) else { return usage }
+                guard let p = Double(v), p >= 0, p < 100 else { error("pppbridge run: --frame-loss takes a percentage below 100"); return usage }
+                frameLoss = p / 100
             default:
                 error("pppbridge run: unknown option \(a) (see `pppbridge run --help`)")
                 return usage
@@ -174,6 +212,9 @@ struct RunCommand {
             return usage
         }
         if link != nil && !makePty { error("pppbridge run: --link goes with --pty"); return usage }
+        if tunName != nil && (!services.isEmpty || pingTarget != nil) {
+            error("pppbridge run: --tun hands IP to the kernel; --services and --ping need our stack"); return usage
+        }
         if lcp.requireAuthentication != nil && auth.peers.isEmpty {
             error("pppbridge run: --require-pap/--require-chap need at least one --peer NAME:SECRET")
             return usage
@@ -236,9 +277,27 @@ struct RunCommand {
 
         var seed: UInt64 = 0
         withUnsafeMutableBytes(of: &seed) { _ = getentropy($0.baseAddress, $0.count) }
-        let session = LinkSession(line: line, link: PPPLink(configuration: configuration, seed: seed), pcap: pcap, record: record) { event in
+        let attachment: NetworkAttachment
+        if let tunName {
+            do {
+                let tun = try TunAttachment(name: tunName, output: output)
+                output("pppbridge: TUN interface \(tun.name)")
+                attachment = tun
+            } catch let e {
+                error("pppbridge: \(e)")
+                return RunCommand.Status.openFailed
+            }
+        } else {
+            let stack = StackAttachment(services: services, tcp: tcp, seed: seed &+ 1, output: output)
+            if let pingTarget { stack.ping(pingTarget, count: pingCount) }
+            attachment = stack
+        }
+        let session = LinkSession(line: line, link: PPPLink(configuration: configuration, seed: seed), pcap: pcap, record: record,
+                                  attachment: attachment, frameLoss: frameLoss, seed: seed &+ 2) { event in
             for text in RunCommand.describe(event, debug: debug) { output(text) }
         }
+        session.report = output
+        session.closeWhenAttachmentFinished = pingTarget != nil && services.isEmpty
         let reason: LinkDownReason
         do {
             reason = try session.run()

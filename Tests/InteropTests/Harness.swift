@@ -170,11 +170,17 @@ final class BridgeProcess {
         URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("pppbridge").path
     }
 
-    init(_ arguments: [String]) throws {
+    /// `capture` adds --debug and --pcap; `namespace` runs it inside that network namespace.
+    init(_ arguments: [String], capture: Bool = true, namespace: String? = nil) throws {
         let base = NSTemporaryDirectory() + "pppbridge-interop-" + UUID().uuidString
         logPath = base + ".log"
         pcapPath = base + ".pcap"
-        child = try ChildProcess(BridgeProcess.binary, ["run"] + arguments + ["--debug", "--pcap", pcapPath], output: logPath)
+        let run = ["run"] + arguments + (capture ? ["--debug", "--pcap", pcapPath] : [])
+        if let namespace {
+            child = try ChildProcess(KernelPeer.ip, ["netns", "exec", namespace, BridgeProcess.binary] + run, output: logPath)
+        } else {
+            child = try ChildProcess(BridgeProcess.binary, run, output: logPath)
+        }
     }
 
     var output: String { String(decoding: FileManager.default.contents(atPath: logPath) ?? Data(), as: UTF8.self) }

@@ -1,0 +1,23 @@
+import NetStack
+import PPP
+
+/// What carries IP over the link once IPCP is up: our own stack, or a TUN device that hands
+/// the packets to the kernel. The session owns all I/O timing; an attachment is told about
+/// packets, time and its own descriptors, and hands back packets for the link.
+public protocol NetworkAttachment: AnyObject {
+    func linkUp(_ result: IPCPResult, mtu: Int, now: Instant) throws(SystemError)
+    func linkDown()
+    func receive(packet: [UInt8], now: Instant)
+    func takeOutgoing(now: Instant) -> [[UInt8]]
+    var pollAt: Instant? { get }
+    func poll(now: Instant)
+    /// Descriptors the session watches for input on the attachment's behalf.
+    var descriptors: [Int32] { get }
+    /// Called when one of `descriptors` is readable; `room` is how many bytes the line can
+    /// still queue, so a fast source waits rather than growing memory.
+    func readable(_ descriptor: Int32, room: Int, now: Instant) throws(SystemError)
+    /// Lines for a person: counters on SIGUSR1 and at the end.
+    func report() -> [String]
+    /// True when the attachment has finished what it was asked to do (e.g. all pings sent and answered or timed out).
+    var finished: Bool { get }
+}

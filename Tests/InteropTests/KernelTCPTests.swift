@@ -1,0 +1,108 @@
+import Foundation
+import Testing
+
+/// The Linux kernel's TCP as our stack's peer: the terminal side of the link runs
+/// `pppbridge run --role terminal --tun` inside a network namespace the test creates, so the
+/// kernel routes to our host-role stack (with its echo/discard/chargen services) over a pty.
+enum KernelPeer {
+    static let ip = "/usr/sbin/ip"
+    static var available: Bool {
+        getuid() == 0 && FileManager.default.fileExists(atPath: "/dev/net/tun") && FileManager.default.fileExists(atPath: ip)
+    }
+    static var client: String {
+        var url = URL(fileURLWithPath: #filePath)
+        for _ in 0..<3 { url.deleteLastPathComponent() }
+        return url.appendingPathComponent("Tools/interop/kernel-tcp-client.py").path
+    }
+}
+
+final class KernelLink {
+    static let hostAddress = "10.88.0.1"
+    let namespace = "pppbridge-" + String(UUID().uuidString.prefix(8)).lowercased()
+    let ptyLink = NSTemporaryDirectory() + "pppbridge-tun-" + UUID().uuidString
+    var host: BridgeProcess!
+    var terminal: BridgeProcess!
+
+    init(hostOptions: [String] = []) throws {
+        let made = try runCommand(KernelPeer.ip, ["netns", "add", namespace], timeout: 10)
+        guard made.status == 0 else { throw InteropError("ip netns add: \(made.output)") }
+        host = try BridgeProcess(["--pty", "--link", ptyLink, "--local-ip", Self.hostAddress, "--terminal-ip", "10.88.0.2",
+                                  "--services", "echo,discard,chargen"] + hostOptions, capture: false)
+        guard eventually(10, { FileManager.default.fileExists(atPath: ptyLink) }) else { throw InteropError("no pty: \(host.output)") }
+        terminal = try BridgeProcess(["--device", ptyLink, "--role", "terminal", "--tun", "pb0"], capture: false, namespace: namespace)
+        guard eventually(20, { terminal.has("tun: pb0 up") && host.has("answers echo") }) else {
+            throw InteropError("link not up\nhost:\n\(host.output)\nterminal:\n\(terminal.output)")
+        }
+    }
+
+    /// Runs the kernel-side client in the namespace; returns its output.
+    func client(_ arguments: [String], timeout: TimeInterval = 600) throws -> String {
+        let r = try runCommand(KernelPeer.ip, ["netns", "exec", namespace, "python3", KernelPeer.client] + arguments, timeout: timeout)
+        guard r.status == 0 else { throw InteropError("client \(arguments) exited \(r.status): \(r.output)") }
+        return r.output
+    }
+
+    /// The host stack's counters, printed on SIGUSR1.
+    func hostCounters() -> String {
+        let before = host.output.count
+        host.child.signal(SIGUSR1)
+        _ = eventually(5) { host.output.count > before }
+        return String(host.output.dropFirst(before))
+    }
+
+    /// "resets in N" from the host's counters.
+    func resetsReceived() -> Int {
+        let text = hostCounters()
+        guard let r = text.range(of: "resets in ") else { return -1 }
+        return Int(text[r.upperBound...].prefix { $0.isNumber }) ?? -1
+    }
+
+    func stop() {
+        _ = host?.terminate()
+        _ = terminal?.waitForExit(10)
+        terminal?.child.signal(SIGKILL)
+        host?.cleanUp()
+        terminal?.cleanUp()
+        _ = try? runCommand(KernelPeer.ip, ["netns", "del", namespace], timeout: 10)
+    }
+}
+
+@Suite(.serialized, .enabled(if: KernelPeer.available, "needs root, /dev/net/tun and iproute2"))
+struct KernelTCPTests {
+    /// 64 MiB from the kernel to our echo service and back: both directions at once, the
+    /// kernel half-closing first while our side keeps sending.
+    @Test(arguments: [0, 1])
+    func sixtyFourMebibytesEachWay(lossPercent: Int) throws {
+        let link = try KernelLink(hostOptions: lossPercent > 0 ? ["--frame-loss", String(lossPercent)] : [])
+        defer { link.stop() }
+        let out = try link.client(["echo", KernelLink.hostAddress, "7", String(64 << 20)])
+        #expect(out.contains("echo sent=67108864 received=67108864 equal=True"), "\(out)")
+        let counters = link.hostCounters()
+        print("kernel echo, \(lossPercent)% frame loss: \(out.trimmingCharacters(in: .whitespacesAndNewlines)) | \(counters.split(separator: "\n").first ?? "")")
+        if lossPercent > 0 { #expect(!counters.contains("retrans 0 "), "\(counters)") }
+    }
+
+    @Test func fiftyConcurrentConnections() throws {
+        let link = try KernelLink()
+        defer { link.stop() }
+        let out = try link.client(["concurrent", KernelLink.hostAddress, "7", "50", String(1 << 20)])
+        #expect(out.contains("concurrent ok=50 of 50"), "\(out)")
+    }
+
+    @Test func chargenResetsAndNegotiatedOptions() throws {
+        let link = try KernelLink()
+        defer { link.stop() }
+        let chargen = try link.client(["chargen", KernelLink.hostAddress, "19", String(1 << 20)])
+        #expect(chargen.contains("chargen ok=True bytes=1048576"), "\(chargen)")
+        // Our RST reaches the kernel: nobody listens on 5555.
+        #expect(try link.client(["refused", KernelLink.hostAddress, "5555"]).contains("refused"))
+        // The kernel's RST reaches us.
+        let before = link.resetsReceived()
+        #expect(try link.client(["reset", KernelLink.hostAddress, "9"]).contains("reset sent"))
+        #expect(eventually(5) { link.resetsReceived() > before })
+        // The kernel's view: we offered window scaling, SACK and timestamps, and it took them.
+        let ss = try link.client(["ss", KernelLink.hostAddress, "9"])
+        #expect(ss.contains("wscale:3,"), "\(ss)")
+        #expect(ss.contains("tcp_info options: ts sack wscale snd_wscale=3"), "\(ss)")
+    }
+}
