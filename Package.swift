@@ -12,6 +12,7 @@ let package = Package(
         // plainly they replay the files they are given.
         .executable(name: "pppbridge-fuzz-stream", targets: ["FuzzStreamDecoder"]),
         .executable(name: "pppbridge-fuzz-packets", targets: ["FuzzPacketParsers"]),
+        .executable(name: "pppbridge-fuzz-stack", targets: ["FuzzIPStack"]),
     ],
     targets: [
         // System libraries from Debian (libpcap-dev, libssl-dev).
@@ -48,6 +49,7 @@ let package = Package(
         ),
 
         .target(name: "FuzzSupport", path: "Tools/Fuzz/Support"),
+        .executableTarget(name: "FuzzIPStack", dependencies: ["NetStack", "FuzzSupport"], path: "Tools/Fuzz/IPStack"),
         .executableTarget(name: "FuzzStreamDecoder", dependencies: ["Framing", "FuzzSupport"], path: "Tools/Fuzz/StreamDecoder"),
         .executableTarget(
             name: "FuzzPacketParsers",

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets with `-sanitize=fuzzer,address` and runs each for a while.
 #
-#   Tools/fuzz.sh [SECONDS] [TARGET...]     (default: 60 s each, both targets)
+#   Tools/fuzz.sh [SECONDS] [TARGET...]     (default: 60 s each, every target)
 #
-# Targets: stream (the RFC 1662 stream decoder), packets (the parsers behind `pppbridge decode`).
+# Targets: stream (the RFC 1662 stream decoder), packets (the parsers behind `pppbridge decode`),
+# stack (our IPv4/ICMP/UDP/TCP input path: parsers, reassembly, TCP state machine).
 # Seeds come from ../shared/traces. A crash leaves its input in fuzz-artifacts/ and fails the
 # script; replay it with the plain build: `swift run pppbridge-fuzz-stream fuzz-artifacts/crash-...`.
 set -euo pipefail
@@ -12,7 +13,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(stream packets)
+[ ${#targets[@]} -gt 0 ] || targets=(stream packets stack)
 
 scratch=.build/fuzz
 traces=${PPPBRIDGE_TRACES:-../shared/traces}

@@ -4,6 +4,7 @@
 stream:  4 setting bytes (FCS-16, ACCM 0 and 0xFFFFFFFF, MRU 1560, a chunk stride) followed by
          the raw async bytes of each direction of each pppd record file.
 packets: each capture record's bytes, once for each of the target's four parsers.
+stack:   the IPv4 packets of each capture, eight at a time, each behind a 2-byte length.
 Only seeds are made here; the project's readers (libpcap, the record reader) are what is fuzzed.
 """
 import os
@@ -63,6 +64,17 @@ def main():
                 for selector in range(4):
                     open(os.path.join(out, f"{name}-{n}-{selector}"), "wb").write(bytes([selector]) + record[:2048])
                     count += 1
+        elif target == "stack" and name.endswith(".pcap"):
+            # The IPv4 packets of each capture, as one input of length-prefixed packets.
+            packets = []
+            for record in pcap_records(data):
+                at = record.find(b"\x45")
+                if at >= 0:
+                    p = record[at:at + 1500]
+                    packets.append(len(p).to_bytes(2, "big") + p)
+            for start in range(0, len(packets), 8):
+                open(os.path.join(out, f"{name}-{start}"), "wb").write(b"".join(packets[start:start + 8]))
+                count += 1
     if count == 0:
         sys.exit(f"no seeds written from {traces}")
 

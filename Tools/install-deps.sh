@@ -2,12 +2,13 @@
 # Installs the Debian packages pppbridge needs, when they are missing.
 #
 #   Tools/install-deps.sh build     libpcap-dev, libssl-dev (enough to build and run)
-#   Tools/install-deps.sh test      the above plus tshark, tcpdump and ppp (pppdump) for the tests
+#   Tools/install-deps.sh test      the above plus tshark, tcpdump, ppp (pppdump), python3 and
+#                                   iproute2 (network namespaces) for the tests
 set -euo pipefail
 
 packages=(libpcap-dev libssl-dev pkg-config)
 if [ "${1:-build}" = test ]; then
-    packages+=(tshark tcpdump ppp python3)
+    packages+=(tshark tcpdump ppp python3 iproute2)
 fi
 
 missing=()

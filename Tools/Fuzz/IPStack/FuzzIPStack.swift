@@ -1,0 +1,51 @@
+// libFuzzer target: our IP stack's input path. The input is a series of packets, each a
+// 2-byte big-endian length and that many bytes, delivered to a stack that listens on TCP 80
+// and has UDP 53 bound, one virtual millisecond apart, with its timers run in between. Every
+// IPv4, ICMP, UDP and TCP header parser and the reassembly and TCP state machines see them.
+// Nothing may trap; the stack's memory stays within its bounds.
+import FuzzSupport
+import NetStack
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzIPStack(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    guard let data else { return 0 }
+    let input = Array(UnsafeBufferPointer(start: data, count: size))
+    var configuration = IPStackConfiguration(address: IPv4Address(10, 0, 0, 1))
+    configuration.tcp.receiveBufferSize = 8192
+    var stack = IPStack(configuration: configuration, seed: 1)
+    try? stack.listen(port: 80)
+    try? stack.bindUDP(port: 53)
+    var now = Instant.zero
+    var i = 0
+    while i + 2 <= input.count {
+        let n = min(Int(input[i]) << 8 | Int(input[i + 1]), input.count - i - 2)
+        let packet = Array(input[(i + 2)..<(i + 2 + n)])
+        i += 2 + n
+        stack.receive(packet: packet, now: now)
+        if let id = stack.accept(port: 80) { _ = stack.read(id, now: now) }
+        _ = stack.receiveDatagram(port: 53)
+        _ = stack.takeOutgoing()
+        _ = stack.takeEvents()
+        now = now + .milliseconds(1)
+        if let p = stack.pollAt, p <= now { stack.poll(now: now) }
+        let held = stack.reassemblyBytes
+        precondition(held.fragments <= configuration.reassemblyMemory, "reassembly over its limit")
+        precondition(held.outOfOrder <= stack.connectionCount * configuration.tcp.receiveBufferSize, "out-of-order data over the window")
+    }
+    // Time runs out for everything held.
+    stack.poll(now: now + .seconds(120))
+    _ = stack.takeOutgoing()
+    precondition(stack.reassemblyBytes.fragments == 0, "fragments outlived their timeout")
+    return 0
+}
+
+#if FUZZING
+@_cdecl("FuzzIPStack_main")
+func fuzzerMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+    runFuzzer(argc, argv, fuzzIPStack)
+}
+#else
+@main struct Replay {
+    static func main() { replay(fuzzIPStack) }
+}
+#endif
