@@ -65,6 +65,9 @@ public final class StackAttachment: NetworkAttachment {
         var c = IPStackConfiguration(address: result.localAddress)
         c.mtu = mtu
         c.tcp = tcp
+        // VJ compresses only headers whose TCP options repeat; timestamps change in every
+        // segment, so with VJ on the link we do not offer them (RFC 1144 predates them).
+        if result.transmitVJ != nil { c.tcp.timestamps = false }
         var s = IPStack(configuration: c, seed: seed)
         for service in services { try? s.listen(port: service.port) }
         stack = s

@@ -16,6 +16,9 @@ public struct IPCPConfiguration: Sendable, Equatable {
     public var requestDNS = false
     /// Reported to the channel's users as the submask; a point-to-point link is /32.
     public var netmask = IPv4Address(255, 255, 255, 255)
+    /// VJ header compression we ask to receive and let the peer ask for (pppd's default: 16
+    /// slots, slot-id compression); nil refuses it both ways (`novj`).
+    public var vj: VJParameters? = VJParameters()
 
     public init() {}
 }
@@ -26,17 +29,23 @@ public struct IPCPResult: Sendable, Equatable {
     public var peerAddress: IPv4Address
     public var dnsServers: [IPv4Address]
     public var netmask: IPv4Address
+    /// VJ compression for what we send (the peer asked for it) and what we receive (we asked).
+    public var transmitVJ: VJParameters?
+    public var receiveVJ: VJParameters?
 
-    public init(localAddress: IPv4Address, peerAddress: IPv4Address, dnsServers: [IPv4Address], netmask: IPv4Address) {
+    public init(localAddress: IPv4Address, peerAddress: IPv4Address, dnsServers: [IPv4Address], netmask: IPv4Address,
+                transmitVJ: VJParameters? = nil, receiveVJ: VJParameters? = nil) {
         self.localAddress = localAddress
         self.peerAddress = peerAddress
         self.dnsServers = dnsServers
         self.netmask = netmask
+        self.transmitVJ = transmitVJ
+        self.receiveVJ = receiveVJ
     }
 }
 
-/// IPCP's option policy for the shared automaton. VJ header compression is refused until the
-/// TCP/IP stack implements it.
+/// IPCP's option policy for the shared automaton: addresses, DNS (RFC 1877) and VJ header
+/// compression (RFC 1332 §3.2).
 public struct IPCPPolicy: NegotiationPolicy {
     public var configuration: IPCPConfiguration
     /// Why IPCP cannot succeed (no address for us); the link closes with this reason.
@@ -50,6 +59,10 @@ public struct IPCPPolicy: NegotiationPolicy {
     private var acknowledgedDNS: [IPv4Address] = []
     /// We told a peer that left out IP-Address which address it gets (once per negotiation).
     private var hintedAddress = false
+    /// What we ask to receive, until the peer refuses it.
+    private var requestVJ: VJParameters?
+    private var acknowledgedVJ: VJParameters?
+    private var peerVJ: VJParameters?
 
     public init(configuration: IPCPConfiguration) {
         self.configuration = configuration
@@ -61,7 +74,8 @@ public struct IPCPPolicy: NegotiationPolicy {
         let peer = acceptedPeerAddress ?? configuration.peerAddress ?? .any
         // The terminal learns DNS from the host; the host hands out its own.
         let dns = configuration.requestDNS ? acknowledgedDNS : configuration.dnsServers
-        return IPCPResult(localAddress: local, peerAddress: peer, dnsServers: dns, netmask: configuration.netmask)
+        return IPCPResult(localAddress: local, peerAddress: peer, dnsServers: dns, netmask: configuration.netmask,
+                          transmitVJ: peerVJ, receiveVJ: acknowledgedVJ)
     }
 
     public func handlesExtendedCode(_ code: UInt8) -> Bool { false }
@@ -71,11 +85,13 @@ public struct IPCPPolicy: NegotiationPolicy {
         askAddress = true
         dns = configuration.requestDNS ? [.any, .any] : []
         hintedAddress = false
+        requestVJ = configuration.vj
         failure = nil
     }
 
     public func requestOptions() -> [ConfigurationOption] {
         var o: [IPCPOption] = []
+        if let vj = requestVJ { o.append(.compression(protocol: 0x002D, data: [vj.maxSlotID, vj.compressSlotID ? 1 : 0])) }
         if askAddress { o.append(.ipAddress(local ?? .any)) }
         if dns.count > 0, let primary = dns[0] { o.append(.primaryDNS(primary)) }
         if dns.count > 1, let secondary = dns[1] { o.append(.secondaryDNS(secondary)) }
@@ -87,6 +103,7 @@ public struct IPCPPolicy: NegotiationPolicy {
         var rejects: [ConfigurationOption] = []
         var peerAddress: IPv4Address?
         var sawAddress = false
+        var vj: VJParameters?
         func nak(_ o: IPCPOption, else raw: ConfigurationOption) {
             if mayNak { naks.append(o.option) } else { rejects.append(raw) }
         }
@@ -114,8 +131,19 @@ public struct IPCPPolicy: NegotiationPolicy {
                 }
                 let ours = configuration.dnsServers[index]
                 if a != ours { nak(index == 0 ? .primaryDNS(ours) : .secondaryDNS(ours), else: raw) }
+            case let .compression(proto, data):
+                // The peer asks to receive VJ-compressed packets from us; any slot count is fine.
+                guard let ours = configuration.vj else {
+                    rejects.append(raw)
+                    continue
+                }
+                if proto == 0x002D && data.count == 2 && data[1] <= 1 && data[0] >= 1 {
+                    vj = VJParameters(maxSlotID: data[0], compressSlotID: data[1] == 1)
+                } else {
+                    nak(.compression(protocol: 0x002D, data: [ours.maxSlotID, ours.compressSlotID ? 1 : 0]), else: raw)
+                }
             default:
-                // IP-Addresses (deprecated), VJ compression (not yet), NBNS, unknown.
+                // IP-Addresses (deprecated), NBNS, unknown.
                 rejects.append(raw)
             }
         }
@@ -128,12 +156,14 @@ public struct IPCPPolicy: NegotiationPolicy {
         }
         if !naks.isEmpty { return .nak(naks) }
         acceptedPeerAddress = peerAddress
+        peerVJ = vj
         return .ack
     }
 
     public mutating func acknowledged(_ options: [ConfigurationOption]) {
         acknowledgedLocal = askAddress ? local : configuration.localAddress
         acknowledgedDNS = dns.compactMap { $0 }.filter { $0 != .any }
+        acknowledgedVJ = requestVJ
         if (acknowledgedLocal ?? .any) == .any { failure = "could not determine the local IP address" }
     }
 
@@ -153,6 +183,13 @@ public struct IPCPPolicy: NegotiationPolicy {
                 if dns.count > 0 { dns[0] = rejected ? nil : a }
             case let .secondaryDNS(a):
                 if dns.count > 1 { dns[1] = rejected ? nil : a }
+            case let .compression(proto, data):
+                // A Nak proposing other VJ parameters is taken; anything else stops us asking.
+                if !rejected && proto == 0x002D && data.count == 2 && data[1] <= 1 && data[0] >= 1 {
+                    requestVJ = VJParameters(maxSlotID: data[0], compressSlotID: data[1] == 1)
+                } else {
+                    requestVJ = nil
+                }
             default:
                 break
             }

@@ -175,7 +175,10 @@ public struct PPPLink: Sendable {
         var offset = 0
         while offset < bytes.count {
             var frame: PPPFrame?
+            let damagedBefore = decoder.counters.droppedFrames
             offset += decoder.decode(UnsafeRawBufferPointer(rebasing: bytes[offset...]), stopAfterFrame: true) { frame = $0.frame }
+            // RFC 1144 §3.3.4: after a damaged frame, VJ state may be out of step with the peer's.
+            if decoder.counters.droppedFrames != damagedBefore { vjDecompressor?.toss() }
             guard let frame else { break }
             lastReceive = now
             handle(frame, now: now)
@@ -190,13 +193,24 @@ public struct PPPLink: Sendable {
     /// The largest packet the peer takes (its MRU as LCP negotiated; 1500 before).
     public var transmitMRU: Int { lcp.policy.result.transmitMRU }
 
-    /// Sends an IPv4 packet; false when IPCP is not open or the packet exceeds the peer's MRU.
+    /// Sends an IPv4 packet (VJ-compressed when IPCP negotiated it); false when IPCP is not open
+    /// or the packet exceeds the peer's MRU.
     @discardableResult
     public mutating func send(ipPacket: [UInt8], now: Instant) -> Bool {
         guard ipcp.state == .opened, ipPacket.count <= lcp.policy.result.transmitMRU else { return false }
-        sendFrame(ProtocolNumber.ipv4, ipPacket)
+        if vjCompressor != nil {
+            let (proto, bytes) = vjCompressor!.compress(ipPacket)
+            sendFrame(proto, bytes)
+        } else {
+            sendFrame(ProtocolNumber.ipv4, ipPacket)
+        }
         return true
     }
+
+    /// VJ compression of what we send and decompression of what we receive, while IPCP is up
+    /// with it negotiated.
+    public private(set) var vjCompressor: VJCompressor?
+    public private(set) var vjDecompressor: VJDecompressor?
 
     /// When `poll(now:)` must next be called.
     public var pollAt: Instant? {
@@ -260,6 +274,10 @@ public struct PPPLink: Sendable {
             ipcp.receive(packet, now: now)
         case ProtocolNumber.ipv4:
             if ipcp.state == .opened { receivedIP.append(frame.information) }
+        case ProtocolNumber.vjUncompressedTCP where vjDecompressor != nil:
+            if let packet = vjDecompressor!.uncompressed(frame.information) { receivedIP.append(packet) }
+        case ProtocolNumber.vjCompressedTCP where vjDecompressor != nil:
+            if let packet = vjDecompressor!.compressed(frame.information) { receivedIP.append(packet) }
         default:
             // RFC 1661 §5.7: unknown protocols get a Protocol-Reject once LCP is open; during
             // authentication everything else is silently discarded (§3.5).
@@ -372,8 +390,13 @@ public struct PPPLink: Sendable {
                 return
             }
             setPhase(.open)
-            events.append(.ipcpOpened(ipcp.policy.result))
+            let r = ipcp.policy.result
+            vjCompressor = r.transmitVJ.map(VJCompressor.init)
+            vjDecompressor = r.receiveVJ.map(VJDecompressor.init)
+            events.append(.ipcpOpened(r))
         case .layerDown:
+            vjCompressor = nil
+            vjDecompressor = nil
             events.append(.ipcpClosed)
             if phase == .open { setPhase(.network) }
         case .layerStarted:

@@ -35,7 +35,7 @@ struct RunCommand {
       --default-asyncmap     do not negotiate the map (both sides escape all control characters)
       --escape HEX[,HEX...]  extra byte values we always escape
       --nopcomp --noaccomp   refuse protocol / address-control field compression
-      --novj                 refuse VJ header compression (refused in any case for now)
+      --novj                 refuse VJ header compression (RFC 1144; on by default, 16 slots)
       --lcp-echo-interval S  send an LCP Echo-Request every S seconds (default 0: off)
       --lcp-echo-failure N   take the link down after N unanswered ones (default 0: never)
       --lcp-echo-adaptive    only probe when nothing was received for an interval
@@ -96,6 +96,7 @@ struct RunCommand {
         var tunName: String?
         var tcp = TCPConfiguration()
         var frameLoss = 0.0
+        var vj = true
 
         var it = arguments.makeIterator()
         func value(_ flag: String) -> String? {
@@ -160,7 +161,7 @@ struct RunCommand {
                 }
             case "--nopcomp": lcp.protocolFieldCompression = false
             case "--noaccomp": lcp.addressControlCompression = false
-            case "--novj": break
+            case "--novj": vj = false
             case "--lcp-echo-interval": guard let n = number(a) else { return usage }; echo.interval = .seconds(n)
             case "--lcp-echo-failure": guard let n = number(a) else { return usage }; echo.failureLimit = n
             case "--lcp-echo-adaptive": echo.adaptive = true
@@ -242,6 +243,7 @@ struct RunCommand {
             configuration.ipcp.dnsServers = dns
         }
         if let netmask { configuration.ipcp.netmask = netmask }
+        if !vj { configuration.ipcp.vj = nil }
         configuration.lcp = lcp
         configuration.echo = echo
         configuration.negotiation = negotiation

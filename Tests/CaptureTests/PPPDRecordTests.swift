@@ -207,3 +207,69 @@ import Testing
         return counts
     }
 }
+
+/// VJ decompression against the pppd record with VJ both ways (pppd's Linux slhc one way,
+/// slirp's compressor the other): every compressed frame rebuilds into a packet whose checksums
+/// verify, and the two transfers reassemble to the MANIFEST's SHA-256 values.
+@Suite struct VJTraceTests {
+    @Test func recordedVJSessionDecompressesToTheManifestDigests() throws {
+        let trace = try Traces.load("pppd-record_default.pppd")
+        var decompressors: [Direction: VJDecompressor] = [.sent: VJDecompressor(parameters: VJParameters()), .received: VJDecompressor(parameters: VJParameters())]
+        var streams: [String: [UInt32: [UInt8]]] = [:]
+        var compressedFrames = 0
+        var compressor: [Direction: VJCompressor] = [.sent: VJCompressor(parameters: VJParameters()), .received: VJCompressor(parameters: VJParameters())]
+        for f in trace.frames {
+            let direction = try #require(f.direction)
+            let packet: [UInt8]?
+            switch f.frame.protocol {
+            case 0x002D:
+                compressedFrames += 1
+                packet = decompressors[direction]!.compressed(f.frame.information)
+            case 0x002F: packet = decompressors[direction]!.uncompressed(f.frame.information)
+            case 0x0021: packet = f.frame.information
+            default: continue
+            }
+            let p = try #require(packet, "frame #\(f.number) did not decompress")
+            let (ip, tcp, payload) = try p.withUnsafeBytes { raw -> (IPv4Header, TCPHeader?, [UInt8]) in
+                let ip = try IPv4Header(parsing: raw)
+                #expect(IPv4Header.checksumValid(UnsafeRawBufferPointer(rebasing: raw[0..<ip.headerLength])), "IP checksum of #\(f.number)")
+                guard ip.protocol == IPProtocol.tcp else { return (ip, nil, []) }
+                let segment = UnsafeRawBufferPointer(rebasing: raw[ip.headerLength..<ip.totalLength])
+                #expect(IPPacketPrinter.transportChecksumValid(ip, segment), "TCP checksum of #\(f.number)")
+                let tcp = try TCPHeader(parsing: segment)
+                return (ip, tcp, Array(segment[tcp.headerLength...]))
+            }
+            _ = ip
+            // Our compressor, fed the same packets, must produce what our decompressor restores.
+            if tcp != nil {
+                let (proto, bytes) = compressor[direction]!.compress(p)
+                var check = VJDecompressor(parameters: VJParameters())
+                if proto == 0x002F { #expect(check.uncompressed(bytes) == p) }
+            }
+            if let tcp, !payload.isEmpty {
+                streams["\(tcp.sourcePort)>\(tcp.destinationPort)", default: [:]][tcp.sequenceNumber] = payload
+            }
+        }
+        #expect(compressedFrames == 65)
+        #expect(decompressors.values.allSatisfy { $0.errors == 0 && $0.tossed == 0 })
+        /// One direction of a connection, by its source or destination port.
+        func assemble(_ direction: (String) -> Bool) -> [UInt8] {
+            let pieces = (streams.first { direction($0.key) }?.value ?? [:]).sorted { $0.key < $1.key }
+            var out: [UInt8] = []
+            var next = pieces.first?.key ?? 0
+            for (seq, bytes) in pieces where seq == next {
+                out += bytes
+                next = seq &+ UInt32(bytes.count)
+            }
+            return out
+        }
+        let upload = assemble { $0.hasSuffix(">9000") }
+        #expect(upload.count == 20000)
+        #expect(Digest.hex(Digest.hash(.sha256, upload)!) == "75af5fcf1fdb4e79a5a0ec92c697ee90d1d3b87b6f2c50c1dbf668c089743894")
+        let http = assemble { $0.hasPrefix("8080>") }
+        let headerEnd = try #require(http.firstRange(of: [13, 10, 13, 10]))
+        let body = Array(http[headerEnd.upperBound...])
+        #expect(body.count == 8192)
+        #expect(Digest.hex(Digest.hash(.sha256, body)!) == "dc404a613fedaeb54034514bc6505f56b933caa5250299ba7d094377a51caa46")
+    }
+}

@@ -96,9 +96,15 @@ struct LinkSimulator {
     static let hostAddress = IPv4Address(10, 64, 0, 1)
     static let terminalAddress = IPv4Address(10, 64, 0, 2)
 
-    init(seed: UInt64, frameLoss: Double = 0, bitErrorRate: Double = 0, tcp: TCPConfiguration = TCPConfiguration()) {
-        host = SimulatedEnd(.host(local: Self.hostAddress, terminal: Self.terminalAddress), seed: seed &+ 1, tcp: tcp)
-        terminal = SimulatedEnd(.terminal(), seed: seed &+ 2, tcp: tcp)
+    init(seed: UInt64, frameLoss: Double = 0, bitErrorRate: Double = 0, vj: Bool = true, tcp: TCPConfiguration = TCPConfiguration()) {
+        var hostLink = LinkConfiguration.host(local: Self.hostAddress, terminal: Self.terminalAddress)
+        var terminalLink = LinkConfiguration.terminal()
+        if !vj {
+            hostLink.ipcp.vj = nil
+            terminalLink.ipcp.vj = nil
+        }
+        host = SimulatedEnd(hostLink, seed: seed &+ 1, tcp: tcp)
+        terminal = SimulatedEnd(terminalLink, seed: seed &+ 2, tcp: tcp)
         hostToTerminal = ImpairedLine(seed: seed &+ 3)
         terminalToHost = ImpairedLine(seed: seed &+ 4)
         for line in [\LinkSimulator.hostToTerminal, \LinkSimulator.terminalToHost] {
@@ -142,6 +148,7 @@ struct LinkSimulator {
                 var c = IPStackConfiguration(address: result.localAddress)
                 c.mtu = end.link.transmitMRU
                 c.tcp = end.tcp
+                if result.transmitVJ != nil { c.tcp.timestamps = false }
                 end.stack = IPStack(configuration: c, seed: end.seed)
             }
         }

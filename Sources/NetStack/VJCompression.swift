@@ -1,0 +1,319 @@
+/// What one direction of VJ compression uses (RFC 1332 §3.2: IP-Compression-Protocol 0x002D).
+public struct VJParameters: Sendable, Equatable {
+    /// Slots 0...maxSlotID hold connection state.
+    public var maxSlotID: UInt8
+    /// The slot id may be left out when it repeats.
+    public var compressSlotID: Bool
+
+    public init(maxSlotID: UInt8 = 15, compressSlotID: Bool = true) {
+        self.maxSlotID = maxSlotID
+        self.compressSlotID = compressSlotID
+    }
+}
+
+/// The change mask of a compressed header (RFC 1144 §3.2.2).
+private enum VJBits {
+    static let urgent: UInt8 = 0x01
+    static let window: UInt8 = 0x02
+    static let ack: UInt8 = 0x04
+    static let sequence: UInt8 = 0x08
+    static let ipID: UInt8 = 0x20
+    static let connection: UInt8 = 0x40
+    static let push: UInt8 = 0x10
+    static let specialsMask: UInt8 = 0x0F
+    /// S, W, U together: echoed interactive traffic, sequence and ack advance by the last data length.
+    static let specialI: UInt8 = 0x0B
+    /// S, W, A, U together: unidirectional data, the sequence advances by the last data length.
+    static let specialD: UInt8 = 0x0F
+}
+
+/// A TCP/IP header view shared by both directions: offsets into saved header bytes.
+private struct HeaderLayout {
+    var ipLength: Int
+    var tcpLength: Int
+    var total: Int { ipLength + tcpLength }
+
+    /// Nil unless `p` is a whole IPv4/TCP packet whose headers fit.
+    init?(_ p: [UInt8]) {
+        guard p.count >= 40, p[0] >> 4 == 4 else { return nil }
+        ipLength = Int(p[0] & 0x0F) * 4
+        guard ipLength >= 20, p.count >= ipLength + 20 else { return nil }
+        tcpLength = Int(p[ipLength + 12] >> 4) * 4
+        guard tcpLength >= 20, p.count >= ipLength + tcpLength else { return nil }
+    }
+}
+
+/// RFC 1144 §3.2.3: a delta is one byte 1–255, or 0 followed by two bytes.
+private func appendDelta(_ n: UInt16, to out: inout [UInt8]) {
+    if n == 0 || n >= 256 {
+        out += [0, UInt8(n >> 8), UInt8(n & 0xFF)]
+    } else {
+        out.append(UInt8(n))
+    }
+}
+
+private func setIPChecksum(_ h: inout [UInt8], ipLength: Int) {
+    h[10] = 0
+    h[11] = 0
+    let c = InternetChecksum.checksum(h[0..<ipLength])
+    h[10] = UInt8(c >> 8)
+    h[11] = UInt8(c & 0xFF)
+}
+
+/// Van Jacobson TCP/IP header compression, sending side (RFC 1144 §3.2, in the shape of its
+/// appendix's `sl_compress_tcp`, as Linux's slhc does it).
+public struct VJCompressor: Sendable {
+    public let parameters: VJParameters
+    /// Saved headers (IP and TCP, options included) per slot.
+    private var slots: [[UInt8]?]
+    /// Slot numbers, most recently used first.
+    private var recency: [Int]
+    private var lastSlot: Int?
+    public private(set) var compressed = 0
+    public private(set) var uncompressed = 0
+    public private(set) var plain = 0
+
+    public init(parameters: VJParameters) {
+        self.parameters = parameters
+        let n = Int(parameters.maxSlotID) + 1
+        slots = Array(repeating: nil, count: n)
+        recency = Array((0..<n).reversed())
+    }
+
+    /// The PPP protocol and information field for `packet`: 0x0021 (unchanged), 0x002F
+    /// (uncompressed TCP, the protocol byte carrying the slot) or 0x002D (compressed).
+    public mutating func compress(_ packet: [UInt8]) -> (protocol: UInt16, bytes: [UInt8]) {
+        guard let layout = HeaderLayout(packet), packet[9] == IPProtocol.tcp,
+              BigEndian.uint16(packet, 6) & 0x3FFF == 0 else {
+            plain += 1
+            return (0x0021, packet)
+        }
+        let tcp = layout.ipLength
+        let flags = packet[tcp + 13]
+        // SYN, FIN, RST or no ACK: sent as plain IP (RFC 1144 §3.2.3).
+        guard flags & 0x07 == 0, flags & 0x10 != 0 else {
+            plain += 1
+            return (0x0021, packet)
+        }
+        let saved = slots
+        let same: (Int) -> Bool = { slot in
+            guard let h = saved[slot] else { return false }
+            let ht = Int(h[0] & 0x0F) * 4
+            return h[12..<20] == packet[12..<20] && h[ht..<(ht + 4)] == packet[tcp..<(tcp + 4)]
+        }
+        guard let slot = recency.first(where: same) else {
+            return sendUncompressed(packet, layout: layout, slot: recency.last!)
+        }
+        touch(slot)
+        let old = slots[slot]!
+        let oldLayout = HeaderLayout(old)!
+        // Anything but the fields VJ encodes must be unchanged (§3.2.3).
+        guard old[0] == packet[0], old[1] == packet[1], old[6] & 0x40 == packet[6] & 0x40, old[8] == packet[8],
+              oldLayout.tcpLength == layout.tcpLength,
+              old[20..<oldLayout.ipLength] == packet[20..<layout.ipLength],
+              old[(oldLayout.ipLength + 20)..<oldLayout.total] == packet[(tcp + 20)..<layout.total] else {
+            return sendUncompressed(packet, layout: layout, slot: slot)
+        }
+        let ot = oldLayout.ipLength
+        var changes: UInt8 = 0
+        var deltas: [UInt8] = []
+        if flags & 0x20 != 0 {
+            appendDelta(BigEndian.uint16(packet, tcp + 18), to: &deltas)
+            changes |= VJBits.urgent
+        } else if BigEndian.uint16(packet, tcp + 18) != BigEndian.uint16(old, ot + 18) {
+            return sendUncompressed(packet, layout: layout, slot: slot)
+        }
+        let window = BigEndian.uint16(packet, tcp + 14) &- BigEndian.uint16(old, ot + 14)
+        if window != 0 {
+            appendDelta(window, to: &deltas)
+            changes |= VJBits.window
+        }
+        let ack = BigEndian.uint32(packet, tcp + 8) &- BigEndian.uint32(old, ot + 8)
+        if ack != 0 {
+            guard ack <= 0xFFFF else { return sendUncompressed(packet, layout: layout, slot: slot) }
+            appendDelta(UInt16(ack), to: &deltas)
+            changes |= VJBits.ack
+        }
+        let seq = BigEndian.uint32(packet, tcp + 4) &- BigEndian.uint32(old, ot + 4)
+        if seq != 0 {
+            guard seq <= 0xFFFF else { return sendUncompressed(packet, layout: layout, slot: slot) }
+            appendDelta(UInt16(seq), to: &deltas)
+            changes |= VJBits.sequence
+        }
+        let oldTotal = Int(BigEndian.uint16(old, 2))
+        let lastData = UInt32(oldTotal - oldLayout.total)
+        switch changes {
+        case 0:
+            // Nothing changed: data after a bare ACK compresses; anything else may be a
+            // retransmission or a duplicate ACK and goes uncompressed.
+            guard BigEndian.uint16(packet, 2) != BigEndian.uint16(old, 2) && oldTotal == oldLayout.total else {
+                return sendUncompressed(packet, layout: layout, slot: slot)
+            }
+        case VJBits.specialI, VJBits.specialD:
+            // The real changes look like a special case: ambiguous, so uncompressed.
+            return sendUncompressed(packet, layout: layout, slot: slot)
+        case VJBits.sequence | VJBits.ack where seq == ack && seq == lastData:
+            changes = VJBits.specialI
+            deltas = []
+        case VJBits.sequence where seq == lastData:
+            changes = VJBits.specialD
+            deltas = []
+        default:
+            break
+        }
+        let id = BigEndian.uint16(packet, 4) &- BigEndian.uint16(old, 4)
+        if id != 1 {
+            appendDelta(id, to: &deltas)
+            changes |= VJBits.ipID
+        }
+        if flags & 0x08 != 0 { changes |= VJBits.push }
+        slots[slot] = Array(packet[0..<layout.total])
+        var out: [UInt8] = []
+        out.reserveCapacity(4 + deltas.count + packet.count - layout.total)
+        if !parameters.compressSlotID || lastSlot != slot {
+            out += [changes | VJBits.connection, UInt8(slot)]
+            lastSlot = slot
+        } else {
+            out.append(changes)
+        }
+        out += packet[(tcp + 16)..<(tcp + 18)]
+        out += deltas
+        out += packet[layout.total...]
+        compressed += 1
+        return (0x002D, out)
+    }
+
+    private mutating func sendUncompressed(_ packet: [UInt8], layout: HeaderLayout, slot: Int) -> (protocol: UInt16, bytes: [UInt8]) {
+        touch(slot)
+        slots[slot] = Array(packet[0..<layout.total])
+        lastSlot = slot
+        uncompressed += 1
+        var out = packet
+        out[9] = UInt8(slot)
+        return (0x002F, out)
+    }
+
+    private mutating func touch(_ slot: Int) {
+        recency.removeAll { $0 == slot }
+        recency.insert(slot, at: 0)
+    }
+}
+
+/// Van Jacobson TCP/IP header decompression, receiving side (RFC 1144 §3.3). After a damaged
+/// frame (`toss`), compressed packets without a slot id are dropped until one with a slot id or
+/// an uncompressed one resynchronises (§3.3.4).
+public struct VJDecompressor: Sendable {
+    public let parameters: VJParameters
+    private var slots: [[UInt8]?]
+    private var lastSlot = 0
+    public private(set) var tossing = true
+    public private(set) var compressedIn = 0
+    public private(set) var uncompressedIn = 0
+    public private(set) var tossed = 0
+    public private(set) var errors = 0
+
+    public init(parameters: VJParameters) {
+        self.parameters = parameters
+        slots = Array(repeating: nil, count: Int(parameters.maxSlotID) + 1)
+    }
+
+    /// The framer saw a damaged frame: what follows cannot be trusted to apply to our state.
+    public mutating func toss() { tossing = true }
+
+    /// Protocol 0x002F: a whole packet whose IP protocol byte holds the slot id.
+    public mutating func uncompressed(_ bytes: [UInt8]) -> [UInt8]? {
+        guard let layout = HeaderLayout(bytes), Int(bytes[9]) < slots.count,
+              Int(BigEndian.uint16(bytes, 2)) <= bytes.count, Int(BigEndian.uint16(bytes, 2)) >= layout.total else {
+            errors += 1
+            tossing = true
+            return nil
+        }
+        var packet = Array(bytes[0..<Int(BigEndian.uint16(bytes, 2))])
+        let slot = Int(packet[9])
+        packet[9] = IPProtocol.tcp
+        setIPChecksum(&packet, ipLength: layout.ipLength)
+        slots[slot] = Array(packet[0..<layout.total])
+        lastSlot = slot
+        tossing = false
+        uncompressedIn += 1
+        return packet
+    }
+
+    /// Protocol 0x002D: rebuilds the packet from the slot's saved header and the deltas.
+    public mutating func compressed(_ bytes: [UInt8]) -> [UInt8]? {
+        var i = 0
+        func fail() -> [UInt8]? {
+            errors += 1
+            tossing = true
+            return nil
+        }
+        func byte() -> UInt8? {
+            guard i < bytes.count else { return nil }
+            defer { i += 1 }
+            return bytes[i]
+        }
+        func delta() -> UInt16? {
+            guard let first = byte() else { return nil }
+            if first != 0 { return UInt16(first) }
+            guard let high = byte(), let low = byte() else { return nil }
+            return UInt16(high) << 8 | UInt16(low)
+        }
+        guard let changes = byte(), changes & 0x80 == 0 else { return fail() }
+        if changes & VJBits.connection != 0 {
+            guard let slot = byte(), Int(slot) < slots.count else { return fail() }
+            lastSlot = Int(slot)
+            tossing = false
+        } else if tossing {
+            tossed += 1
+            return nil
+        }
+        guard var h = slots[lastSlot], let layout = HeaderLayout(h) else { return fail() }
+        let tcp = layout.ipLength
+        guard let c0 = byte(), let c1 = byte() else { return fail() }
+        h[tcp + 16] = c0
+        h[tcp + 17] = c1
+        if changes & VJBits.push != 0 { h[tcp + 13] |= 0x08 } else { h[tcp + 13] &= ~0x08 }
+        let lastData = Int(BigEndian.uint16(h, 2)) - layout.total
+        func add32(_ at: Int, _ d: UInt32) { BigEndian.put(BigEndian.uint32(h, at) &+ d, into: &h, at: at) }
+        switch changes & VJBits.specialsMask {
+        case VJBits.specialI:
+            add32(tcp + 8, UInt32(lastData))
+            add32(tcp + 4, UInt32(lastData))
+        case VJBits.specialD:
+            add32(tcp + 4, UInt32(lastData))
+        default:
+            if changes & VJBits.urgent != 0 {
+                guard let u = delta() else { return fail() }
+                h[tcp + 13] |= 0x20
+                BigEndian.put(u, into: &h, at: tcp + 18)
+            } else {
+                h[tcp + 13] &= ~0x20
+            }
+            if changes & VJBits.window != 0 {
+                guard let w = delta() else { return fail() }
+                BigEndian.put(BigEndian.uint16(h, tcp + 14) &+ w, into: &h, at: tcp + 14)
+            }
+            if changes & VJBits.ack != 0 {
+                guard let a = delta() else { return fail() }
+                add32(tcp + 8, UInt32(a))
+            }
+            if changes & VJBits.sequence != 0 {
+                guard let s = delta() else { return fail() }
+                add32(tcp + 4, UInt32(s))
+            }
+        }
+        var idDelta: UInt16 = 1
+        if changes & VJBits.ipID != 0 {
+            guard let d = delta() else { return fail() }
+            idDelta = d
+        }
+        BigEndian.put(BigEndian.uint16(h, 4) &+ idDelta, into: &h, at: 4)
+        let total = layout.total + (bytes.count - i)
+        guard total <= 65535 else { return fail() }
+        BigEndian.put(UInt16(total), into: &h, at: 2)
+        setIPChecksum(&h, ipLength: layout.ipLength)
+        slots[lastSlot] = h
+        compressedIn += 1
+        return h + bytes[i...]
+    }
+}
