@@ -64,7 +64,7 @@ let package = Package(
         .testTarget(name: "CaptureTests", dependencies: ["Capture", "Framing", "PPP", "NetStack", "Crypto"]),
         .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Capture"]),
         // Real peers: Debian's pppd in a QEMU VM (Tools/vmpeer) against the built `pppbridge`.
-        .testTarget(name: "InteropTests", dependencies: ["pppbridge"]),
+        .testTarget(name: "InteropTests", dependencies: ["pppbridge", "Crypto"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -74,7 +74,9 @@ public final class StackAttachment: NetworkAttachment {
         if !services.isEmpty {
             output("stack: \(result.localAddress) answers " + services.map { "\($0.rawValue) (\($0.port))" }.joined(separator: ", "))
         }
-        if ping != nil { ping!.next = now }
+        // The first ping waits one interval: the peer's side of the link is usually still being
+        // configured (pppd runs ip-up after IPCP opens) and would not answer it.
+        if ping != nil { ping!.next = now + ping!.interval }
     }
 
     public func linkDown() {

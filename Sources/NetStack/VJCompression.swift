@@ -107,9 +107,13 @@ public struct VJCompressor: Sendable {
         touch(slot)
         let old = slots[slot]!
         let oldLayout = HeaderLayout(old)!
-        // Anything but the fields VJ encodes must be unchanged (§3.2.3).
-        guard old[0] == packet[0], old[1] == packet[1], old[6] & 0x40 == packet[6] & 0x40, old[8] == packet[8],
+        // Anything but the fields VJ encodes must be unchanged (§3.2.3): the IP version, TOS,
+        // flags, TTL and options; the TCP offset and reserved bits, the flags other than PSH and
+        // URG (ECN's ECE and CWR included), and the TCP options.
+        guard old[0] == packet[0], old[1] == packet[1], old[6] == packet[6], old[8] == packet[8],
               oldLayout.tcpLength == layout.tcpLength,
+              old[oldLayout.ipLength + 12] == packet[tcp + 12],
+              old[oldLayout.ipLength + 13] & ~0x28 == flags & ~0x28,
               old[20..<oldLayout.ipLength] == packet[20..<layout.ipLength],
               old[(oldLayout.ipLength + 20)..<oldLayout.total] == packet[(tcp + 20)..<layout.total] else {
             return sendUncompressed(packet, layout: layout, slot: slot)

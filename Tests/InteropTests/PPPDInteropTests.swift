@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Testing
 
@@ -163,6 +164,59 @@ struct PPPDInteropTests {
     }
 
     /// Our capture of the live link decodes in tshark without a malformed frame.
+    /// Our stack serves the guest: busybox `nc` sends 1 MiB of random data to our echo
+    /// service and gets it back, reads 1 MiB from chargen; the guest pings us and we ping it.
+    /// With VJ on (pppd's default) both directions carry compressed TCP (protocol 0x002d).
+    @Test(arguments: [true, false])
+    func ourStackServesTheGuest(vj: Bool) throws {
+        try withSession(vm: ["-x", "noipv6" + (vj ? "" : " novj")],
+                        ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15", "--services", "echo,discard,chargen",
+                               "--ping", "10.0.2.15", "--ping-count", "3"] + (vj ? [] : ["--novj"])) { s in
+            #expect(s.vm.log.contains(vj ? "compress VJ" : "IPCP") && (vj || !s.vm.log.contains("sent [IPCP ConfReq id=0x1 <compress VJ")))
+            s.vm.guest("head -c 1048576 /dev/urandom > /tmp/d; busybox nc 10.0.2.2 7 < /tmp/d > /tmp/e; "
+                       + "echo \"VMPEER-T echo $(sha256sum < /tmp/d | cut -c1-64) $(sha256sum < /tmp/e | cut -c1-64) $(wc -c < /tmp/e)\" > /dev/console")
+            // Result lines start with the marker; the guest also logs each command it runs.
+            func result(_ marker: String) -> Substring? { s.vm.log.split(whereSeparator: \.isNewline).first { $0.hasPrefix(marker) } }
+            let echoed = eventually(180) { result("VMPEER-T echo ") != nil }
+            #expect(echoed, "no echo result\n--- pppbridge:\n\(s.bridge.output.suffix(2000))\n--- guest:\n\(s.vm.log.suffix(2000))")
+            if let line = result("VMPEER-T echo ") {
+                let f = line.split(separator: " ").suffix(3).map(String.init)
+                #expect(f.count == 3 && f[0] == f[1] && f[2] == "1048576", "\(line)")
+                print("pppd interop (\(vj ? "VJ" : "novj")): guest nc -> our echo: \(line)")
+            }
+            // In the background: the guest runs its command lines one after another, and `sleep`
+            // (which keeps nc's input open, so it does not half-close) outlives the read.
+            s.vm.guest("(sleep 600 | busybox nc 10.0.2.2 19 | head -c 1048576 | sha256sum | cut -c1-64 | sed 's/^/VMPEER-T chargen /' > /dev/console) &")
+            var pattern: [UInt8] = []
+            var i = 0
+            while pattern.count < 1 << 20 {
+                pattern += (0..<72).map { UInt8(0x20 + (i + $0) % 95) } + [13, 10]
+                i += 1
+            }
+            let expected = Digest.hex(Digest.hash(.sha256, Array(pattern.prefix(1 << 20)))!)
+            #expect(eventually(180) { result("VMPEER-T chargen ") != nil }, "no chargen result\n\(s.vm.log.suffix(2000))")
+            #expect(result("VMPEER-T chargen ") == "VMPEER-T chargen \(expected)"[...], "chargen's 1 MiB differs from RFC 864's pattern")
+            s.vm.guest("ping -c 3 10.0.2.2 > /dev/console 2>&1")
+            #expect(eventually(30) { s.vm.log.contains("3 packets transmitted, 3 packets received") }, "\(s.vm.log.suffix(1500))")
+            #expect(eventually(30) { s.bridge.has("ping 10.0.2.15: 3 sent, 3 received") }, "\(s.bridge.output.suffix(1500))")
+            #expect(s.bridge.terminate() == 0)
+            // The capture shows what went over the line: VJ-compressed TCP both ways, or none.
+            if let tshark = ["/usr/bin/tshark", "/usr/local/bin/tshark"].first(where: FileManager.default.isExecutableFile) {
+                let r = try runCommand(tshark, ["-r", s.bridge.pcapPath, "-T", "fields", "-e", "ppp.direction", "-e", "ppp.protocol"], timeout: 120)
+                let rows = r.output.split(separator: "\n")
+                let compressed = rows.filter { $0.hasSuffix("0x002d") }
+                let sent = compressed.filter { $0.hasPrefix("0") }.count  // ppp.direction 0: sent by us
+                print("pppd interop (\(vj ? "VJ" : "novj")): \(rows.count) frames captured, \(compressed.count) VJ-compressed (\(sent) sent by us)")
+                if vj {
+                    #expect(compressed.count > 500, "\(r.output.suffix(500))")
+                    #expect(sent > 100 && compressed.count - sent > 100, "compressed frames both ways")
+                } else {
+                    #expect(compressed.isEmpty)
+                }
+            }
+        }
+    }
+
     func expectCleanPcap(_ bridge: BridgeProcess) throws {
         guard let tshark = ["/usr/bin/tshark", "/usr/local/bin/tshark"].first(where: FileManager.default.isExecutableFile) else {
             if ProcessInfo.processInfo.environment["CI"] != nil { Issue.record("tshark is missing; CI installs it") }

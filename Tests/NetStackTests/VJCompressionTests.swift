@@ -108,3 +108,44 @@ import Testing
         #expect(out2[0] == 0x2A && Array(out2[3..<6]) == [0, 1, 44] && out2[6] == 100 && out2[7] == 8)
     }
 }
+
+extension VJCompressionTests {
+    /// What VJ cannot carry (ECN flags, reserved bits, a changed IP flags byte) goes uncompressed,
+    /// so it arrives unchanged (found by the fuzz target).
+    @Test func fieldsVJCannotEncodeGoUncompressed() {
+        var c = VJCompressor(parameters: VJParameters())
+        var d = VJDecompressor(parameters: VJParameters())
+        var h = TCPHeader(sourcePort: 1000, destinationPort: 80, sequenceNumber: 1, flags: [.ack], window: 1000)
+        func packet(_ h: TCPHeader, id: UInt16, tweak: (inout [UInt8]) -> Void = { _ in }) -> [UInt8] {
+            var ip = IPv4Header(protocol: IPProtocol.tcp, source: Peer.us, destination: Peer.them, payloadLength: 30)
+            ip.identification = id
+            var p = ip.emit() + h.emit(source: Peer.us, destination: Peer.them, payload: bytes(10)) + bytes(10)
+            tweak(&p)
+            var fixed = try! p.withUnsafeBytes { try IPv4Header(parsing: $0) }.emit()
+            fixed.replaceSubrange(4..<8, with: p[4..<8])
+            p.replaceSubrange(0..<20, with: fixed)
+            p[10] = 0
+            p[11] = 0
+            let sum = InternetChecksum.checksum(p[0..<20])
+            p[10] = UInt8(sum >> 8)
+            p[11] = UInt8(sum & 0xFF)
+            return p
+        }
+        func roundTrip(_ p: [UInt8]) -> UInt16 {
+            let (proto, bytes) = c.compress(p)
+            let back = proto == 0x002D ? d.compressed(bytes) : proto == 0x002F ? d.uncompressed(bytes) : bytes
+            #expect(back == p)
+            return proto
+        }
+        #expect(roundTrip(packet(h, id: 1)) == 0x002F)
+        h.sequenceNumber = 11
+        #expect(roundTrip(packet(h, id: 2)) == 0x002D)
+        h.sequenceNumber = 21
+        h.flags = [.ack, .ece]
+        #expect(roundTrip(packet(h, id: 3)) == 0x002F, "ECE changed")
+        h.sequenceNumber = 31
+        #expect(roundTrip(packet(h, id: 4) { $0[20 + 12] |= 0x01 }) == 0x002F, "a reserved bit changed")
+        h.sequenceNumber = 41
+        #expect(roundTrip(packet(h, id: 5) { $0[20 + 12] |= 0x01; $0[6] |= 0x80 }) == 0x002F, "the IP flags byte changed")
+    }
+}

@@ -85,12 +85,37 @@ func isLCP(_ code: UInt8) -> (PPPFrame) -> Bool {
 
     var host: LinkConfiguration { .host(local: hostAddress, terminal: terminalAddress, dns: [dns]) }
 
+    @Test func vjIsNegotiatedPerDirection() {
+        // The terminal refuses VJ; the host asked for it and goes without, both ways.
+        var terminal = LinkConfiguration.terminal()
+        terminal.ipcp.vj = nil
+        var p = LinkPair(host, terminal)
+        p.start()
+        p.run(for: .seconds(10)) { $0.ipcpA != nil && $0.ipcpB != nil }
+        #expect(p.ipcpA?.transmitVJ == nil && p.ipcpA?.receiveVJ == nil)
+        #expect(p.ipcpB?.transmitVJ == nil && p.ipcpB?.receiveVJ == nil)
+        #expect(p.a.vjCompressor == nil && p.b.vjDecompressor == nil)
+        // A peer asking for 8 slots without slot-id compression gets exactly that from us.
+        var eight = LinkConfiguration.terminal()
+        eight.ipcp.vj = VJParameters(maxSlotID: 7, compressSlotID: false)
+        var q = LinkPair(host, eight)
+        q.start()
+        q.run(for: .seconds(10)) { $0.ipcpA != nil && $0.ipcpB != nil }
+        #expect(q.ipcpA?.transmitVJ == VJParameters(maxSlotID: 7, compressSlotID: false))
+        #expect(q.ipcpA?.receiveVJ == VJParameters(maxSlotID: 15, compressSlotID: true))
+        #expect(q.a.vjCompressor?.parameters.maxSlotID == 7)
+    }
+
     @Test func hostAssignsTheTerminalItsAddressAndDNS() {
         var p = LinkPair(host, .terminal())
         p.start()
         p.run(for: .seconds(10)) { $0.ipcpA != nil && $0.ipcpB != nil }
-        #expect(p.ipcpA == IPCPResult(localAddress: hostAddress, peerAddress: terminalAddress, dnsServers: [dns], netmask: IPv4Address(255, 255, 255, 255)))
-        #expect(p.ipcpB == IPCPResult(localAddress: terminalAddress, peerAddress: hostAddress, dnsServers: [dns], netmask: IPv4Address(255, 255, 255, 255)))
+        // VJ (16 slots, slot-id compression) is the default both ways, as in pppd.
+        let vj = VJParameters(maxSlotID: 15, compressSlotID: true)
+        #expect(p.ipcpA == IPCPResult(localAddress: hostAddress, peerAddress: terminalAddress, dnsServers: [dns], netmask: IPv4Address(255, 255, 255, 255),
+                                      transmitVJ: vj, receiveVJ: vj))
+        #expect(p.ipcpB == IPCPResult(localAddress: terminalAddress, peerAddress: hostAddress, dnsServers: [dns], netmask: IPv4Address(255, 255, 255, 255),
+                                      transmitVJ: vj, receiveVJ: vj))
         #expect(p.now < .seconds(1), "no retransmission was needed")
         #expect(p.a.phase == .open && p.b.phase == .open)
         // The negotiated map and compression are in force on both framers.
