@@ -1,15 +1,18 @@
+import Glibc
 import NetStack
 import PPP
 
-/// The diagnostic TCP services of RFC 862 (echo), 863 (discard) and 864 (chargen).
+/// The diagnostic TCP services of RFC 862 (echo), 863 (discard), 864 (chargen) and 867
+/// (daytime: our side sends the time and half-closes first, then reads until the peer closes).
 public enum DiagnosticService: String, Sendable, CaseIterable {
-    case echo, discard, chargen
+    case echo, discard, chargen, daytime
 
     public var port: UInt16 {
         switch self {
         case .echo: return 7
         case .discard: return 9
         case .chargen: return 19
+        case .daytime: return 13
         }
     }
 }
@@ -32,6 +35,8 @@ public final class StackAttachment: NetworkAttachment {
         /// rest of the current line.
         var pending: [UInt8] = []
         var chargenOffset = 0
+        /// Daytime: the time was sent and our direction closed.
+        var greeted = false
         var peerDone = false
     }
 
@@ -158,6 +163,13 @@ public final class StackAttachment: NetworkAttachment {
                 s.peerDone = true
                 stack!.close(id, now: now)
             }
+        case .daytime:
+            if !s.greeted {
+                s.greeted = true
+                stack!.write(id, Array(Self.daytime().utf8), now: now)
+                stack!.shutdownWrite(id, now: now)
+            }
+            fallthrough
         case .discard:
             while !stack!.read(id, now: now).isEmpty {}
             if stack!.atEndOfStream(id) && !s.peerDone {
@@ -185,6 +197,16 @@ public final class StackAttachment: NetworkAttachment {
                 if !s.pending.isEmpty { break }
             }
         }
+    }
+
+    /// RFC 867 leaves the format open; this is the one its example suggests, in UTC.
+    static func daytime() -> String {
+        var t = time(nil)
+        var parts = tm()
+        gmtime_r(&t, &parts)
+        var buffer = [CChar](repeating: 0, count: 64)
+        let n = strftime(&buffer, buffer.count, "%A, %B %d, %Y %H:%M:%S-UTC\r\n", &parts)
+        return String(decoding: buffer.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// RFC 864: line i is 72 printable characters starting at character i of the 95-character

@@ -505,7 +505,7 @@ public struct TCPConnection: Sendable {
         if hasAck {
             sendUnacknowledged = ack
             sendNext = SequenceNumber.max(sendNext, ack)
-            sampleRTTFromSyn(h, now: now)
+            sampleRTTFromSyn(now: now)
             retransmitDeadline = nil
             retransmissions = 0
             unacknowledgedSince = nil
@@ -527,7 +527,7 @@ public struct TCPConnection: Sendable {
         }
     }
 
-    private mutating func sampleRTTFromSyn(_ h: TCPHeader, now: Instant) {
+    private mutating func sampleRTTFromSyn(now: Instant) {
         if retransmissions == 0, let timing = rttTiming {
             retransmissionTimer.sample(now - timing.sent)
         }

@@ -47,8 +47,8 @@ struct RunCommand {
       --user NAME --password SECRET   what we authenticate with when the peer asks
       --name NAME            our name in CHAP challenges (default pppbridge)
     IP on the link (our own TCP/IP stack unless --tun):
-      --services LIST        answer echo (7), discard (9), chargen (19) on our PPP address
-                             (comma-separated; off by default)
+      --services LIST        answer echo (7), discard (9), chargen (19), daytime (13) on our
+                             PPP address (comma-separated; off by default)
       --ping ADDR            ping ADDR through the link once it is up (our stack)
       --ping-count N         how many pings (default 3); without --services the link is
                              closed after the last reply or a 2 s wait
@@ -187,7 +187,7 @@ struct RunCommand {
                 guard let v = value(a) else { return usage }
                 for name in v.split(separator: ",") {
                     guard let service = DiagnosticService(rawValue: String(name)) else {
-                        error("pppbridge run: --services takes echo, discard and chargen, not '\(name)'"); return usage
+                        error("pppbridge run: --services takes echo, discard, chargen and daytime, not '\(name)'"); return usage
                     }
                     services.append(service)
                 }

@@ -7,6 +7,9 @@ whose TUN interface carries the PPP link. Each command prints one result line.
   concurrent HOST PORT N SIZE   N connections at once, each an echo of SIZE bytes;
                                 prints "concurrent ok=K of N"
   chargen HOST PORT SIZE        read SIZE bytes and check RFC 864's pattern; prints "chargen ok=..."
+  daytime HOST PORT SIZE        read the time and the server's FIN (it half-closes first), then
+                                keep sending SIZE bytes and close; prints "daytime ..." with
+                                the bytes sent after EOF and whether the close was clean
   reset HOST PORT               connect, then close with SO_LINGER 0 (an RST); prints "reset sent"
   refused HOST PORT             connect to a port nobody listens on; prints "refused" on RST
   ss HOST PORT                  hold a connection open and print the kernel's `ss -tin` line
@@ -88,6 +91,24 @@ def main():
             expected.extend(chargen_line(i))
             i += 1
         print(f"chargen ok={bytes(got[:size]) == bytes(expected[:size])} bytes={min(len(got), size)}")
+    elif cmd == "daytime":
+        size = int(sys.argv[4])
+        s = socket.create_connection((host, port), timeout=TIMEOUT)
+        line = bytearray()
+        while True:
+            b = s.recv(1024)
+            if not b:
+                break
+            line.extend(b)
+        # The server's FIN is in; our direction is still open.
+        s.sendall(os.urandom(size))
+        s.shutdown(socket.SHUT_WR)
+        try:
+            clean = s.recv(1) == b""
+        except ConnectionResetError:
+            clean = False
+        s.close()
+        print(f"daytime sent_after_eof={size} clean={clean} line={line.decode().strip()!r}")
     elif cmd == "reset":
         s = socket.create_connection((host, port), timeout=TIMEOUT)
         s.sendall(b"x" * 100)
