@@ -227,7 +227,9 @@ public final class StackAttachment: NetworkAttachment {
             let payload = (0..<56).map { UInt8(truncatingIfNeeded: $0) }
             stack!.ping(p.target, identifier: 0x5050, sequence: seq, payload: payload, now: now)
             p.next = p.sent < p.count ? now + p.interval : nil
-            if p.sent == p.count { p.deadline = now + .seconds(2) }
+            // Like ping(8)'s linger: replies to the last request are awaited up to 10 s, since a
+            // serial line busy with bulk data can hold an echo behind it for seconds.
+            if p.sent == p.count { p.deadline = now + .seconds(10) }
         }
         if let d = p.deadline, now >= d, !p.reported {
             p.reported = true

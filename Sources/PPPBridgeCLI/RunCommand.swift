@@ -50,8 +50,8 @@ struct RunCommand {
       --services LIST        answer echo (7), discard (9), chargen (19), daytime (13) on our
                              PPP address (comma-separated; off by default)
       --ping ADDR            ping ADDR through the link once it is up (our stack)
-      --ping-count N         how many pings (default 3); without --services the link is
-                             closed after the last reply or a 2 s wait
+      --ping-count N         how many pings (default 3), a second apart; without --services
+                             the link is closed after the last reply (or 10 s without it)
       --tun NAME             hand IP packets to TUN interface NAME instead (given the
                              negotiated addresses and MTU; needs CAP_NET_ADMIN)
       --tcp-no-sack --tcp-no-window-scaling --tcp-no-timestamps
