@@ -69,18 +69,12 @@ public struct LCPResult: Sendable, Equatable {
     public init() {}
 }
 
-/// A small deterministic generator (SplitMix64) for magic numbers and challenges. The link
+/// Magic numbers and challenges from a seeded generator (NetStack's SplitMix64). The link
 /// owner seeds it from the system's generator; tests seed it with a constant.
 public struct LinkRandom: Sendable {
-    private var state: UInt64
-    public init(seed: UInt64) { state = seed }
-    public mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
+    private var generator: SplitMix64
+    public init(seed: UInt64) { generator = SplitMix64(seed: seed) }
+    public mutating func next() -> UInt64 { generator.next() }
     /// A non-zero 32-bit value (RFC 1661 §6.4: zero means no magic number).
     public mutating func magic() -> UInt32 {
         while true {
