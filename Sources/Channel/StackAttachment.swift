@@ -128,11 +128,12 @@ public final class StackAttachment: NetworkAttachment {
 
     private func serve(now: Instant) {
         guard stack != nil else { return }
-        for service in services {
-            while let id = stack!.accept(port: service.port) { sessions[id] = Session(service: service) }
-        }
         for event in stack!.takeEvents() {
             switch event {
+            case let .acceptable(port):
+                // Only when a handshake finished: `accept` sweeps every connection.
+                guard let service = services.first(where: { $0.port == port }) else { continue }
+                while let id = stack!.accept(port: port) { sessions[id] = Session(service: service) }
             case let .tcp(id, .closed):
                 sessions[id] = nil
             case let .echoReply(from, identifier, sequence, _):

@@ -317,12 +317,8 @@ public struct TCPConnection: Sendable {
 
     /// Sends RST (when synchronized) and drops the connection at once.
     public mutating func abort(now: Instant) {
-        switch state {
-        case .closed, .timeWait:
-            break
-        case .synSent:
-            break
-        default:
+        // Nothing to reset before the peer knows our sequence numbers, or after both FINs.
+        if state != .closed && state != .timeWait && state != .synSent {
             emit(flags: [.rst, .ack], sequence: sendNext, payload: [], now: now)
         }
         finish(.aborted)
