@@ -62,6 +62,7 @@ let package = Package(
         .testTarget(name: "NetStackTests", dependencies: ["NetStack"]),
         .testTarget(name: "SimulationTests", dependencies: ["PPP", "NetStack", "Framing", "Crypto"]),
         .testTarget(name: "CaptureTests", dependencies: ["Capture", "Framing", "PPP", "NetStack", "Crypto"]),
+        .testTarget(name: "ChannelTests", dependencies: ["Channel", "NetStack", "PPP", "Crypto"]),
         .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Capture"]),
         // Real peers: Debian's pppd in a QEMU VM (Tools/vmpeer) against the built `pppbridge`.
         .testTarget(name: "InteropTests", dependencies: ["pppbridge", "Crypto"]),

@@ -81,3 +81,7 @@ static inline int pppbridge_if_configure(const char *name, uint32_t local, uint3
     errno = e;
     return rc;
 }
+
+/* Host sockets: accept4 is a GNU extension the Glibc module leaves out. */
+struct sockaddr;
+int accept4(int sockfd, struct sockaddr *addr, socklen_t *addrlen, int flags);

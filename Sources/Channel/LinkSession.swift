@@ -5,18 +5,19 @@ import Glibc
 import NetStack
 import PPP
 
-/// The self-pipe SIGINT and SIGTERM write to, so the event loop sees them as readable bytes.
-nonisolated(unsafe) private var signalPipeWriter: Int32 = -1
-
-/// Runs one PPP link over a line: the only place that touches the descriptor, the clock and
-/// the signals. One epoll loop; the PPP core stays sans-IO.
-public final class LinkSession {
+/// Runs one PPP link over a line on an event loop: reads and writes the line, keeps the
+/// captures, feeds the PPP core the clock, and hands IP to the attachment. The PPP core stays
+/// sans-IO.
+public final class LinkSession: LoopClient {
     public let line: SerialLine
     public private(set) var link: PPPLink
     private let pcap: PcapWriter?
     private let record: PPPDRecordWriter?
     private let onEvent: (LinkEvent) -> Void
+    /// Also told of every link event (after `onEvent`).
+    public var onLinkEvent: ((LinkEvent) -> Void)?
     private var pending: [UInt8] = []
+    private var pendingStart = 0
     private let started: Instant
     /// What carries IP once IPCP is up; without one, IP packets are counted and dropped.
     public let attachment: NetworkAttachment?
@@ -30,6 +31,18 @@ public final class LinkSession {
     public private(set) var ipPacketsDropped = 0
     /// The line's output queue is not filled beyond this from the attachment's sources.
     public var lineQueueLimit = 256 * 1024
+    /// Called once, on the loop, when the link is down and the session has let go of the loop.
+    public var onDown: ((LinkDownReason) -> Void)?
+    public private(set) var downReason: LinkDownReason?
+    /// Bytes that crossed the line.
+    public private(set) var lineBytesIn = 0
+    public private(set) var lineBytesOut = 0
+
+    private var loop: EventLoop?
+    private var closeDeadline: Instant?
+    private var watchingOutput = false
+    private var watchingAttachment = true
+    private var readBuffer = [UInt8](repeating: 0, count: 65536)
 
     public init(line: SerialLine, link: PPPLink, pcap: PcapWriter? = nil, record: PPPDRecordWriter? = nil,
                 attachment: NetworkAttachment? = nil, frameLoss: Double = 0, seed: UInt64 = 1,
@@ -47,137 +60,152 @@ public final class LinkSession {
         started = monotonicNow()
     }
 
-    /// How long we wait for the Terminate exchange after a signal before giving up on it
+    /// How long we wait for the Terminate exchange after a close request before giving up on it
     /// (two Terminate-Requests and their restart intervals, plus a margin).
     public var closeGrace: Duration = .seconds(7)
 
-    /// Runs until the link is down. SIGINT/SIGTERM close it with LCP Terminate; a second
-    /// signal stops waiting. Returns why the link went down.
-    public func run() throws(SystemError) -> LinkDownReason {
-        var fds: [Int32] = [0, 0]
-        guard pipe2(&fds, O_NONBLOCK | O_CLOEXEC) == 0 else { throw SystemError("pipe2") }
-        defer {
-            signal(SIGINT, SIG_DFL)
-            signal(SIGTERM, SIG_DFL)
-            signal(SIGUSR1, SIG_DFL)
-            signalPipeWriter = -1
-            Glibc.close(fds[0])
-            Glibc.close(fds[1])
+    /// Starts the link on `loop` (on the loop's thread).
+    public func start(on loop: EventLoop) throws(SystemError) {
+        self.loop = loop
+        try loop.register(line.descriptor, events: EPOLLIN.rawValue) { [unowned self] events in
+            self.lineEvent(events)
         }
-        signalPipeWriter = fds[1]
-        // A parent may have started us with these blocked; we must see them.
-        var unblock = sigset_t()
-        sigemptyset(&unblock)
-        sigaddset(&unblock, SIGINT)
-        sigaddset(&unblock, SIGTERM)
-        sigaddset(&unblock, SIGUSR1)
-        pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
-        for s in [SIGINT, SIGTERM, SIGUSR1] {
-            var action = sigaction()
-            action.__sigaction_handler.sa_handler = { signo in
-                var b = UInt8(truncatingIfNeeded: signo)
-                _ = write(signalPipeWriter, &b, 1)
-            }
-            sigemptyset(&action.sa_mask)
-            sigaction(s, &action, nil)
-        }
-
-        let epoll = epoll_create1(Int32(EPOLL_CLOEXEC))
-        guard epoll >= 0 else { throw SystemError("epoll_create1") }
-        defer { Glibc.close(epoll) }
-        var watchingOutput = false
-        func watch(_ fd: Int32, _ events: UInt32, modify: Bool = false) throws(SystemError) {
-            var e = epoll_event()
-            e.events = events
-            e.data.fd = fd
-            guard epoll_ctl(epoll, modify ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd, &e) == 0 else { throw SystemError("epoll_ctl") }
-        }
-        try watch(line.descriptor, EPOLLIN.rawValue)
-        try watch(fds[0], EPOLLIN.rawValue)
-        let attachmentDescriptors = attachment?.descriptors ?? []
-        for fd in attachmentDescriptors { try watch(fd, EPOLLIN.rawValue) }
-        var watchingAttachment = true
-
-        var now = monotonicNow()
-        link.open(now: now)
-        try drain(now: now)
-        var closeDeadline: Instant?
-        var buffer = [UInt8](repeating: 0, count: 65536)
-        var events = [epoll_event](repeating: epoll_event(), count: 8)
-
-        while link.downReason == nil {
-            let wantOutput = !pending.isEmpty
-            if wantOutput != watchingOutput {
-                try watch(line.descriptor, EPOLLIN.rawValue | (wantOutput ? EPOLLOUT.rawValue : 0), modify: true)
-                watchingOutput = wantOutput
-            }
-            // Back-pressure: a fast source (the kernel through TUN) waits while the line is behind.
-            let wantAttachment = pending.count < lineQueueLimit
-            if wantAttachment != watchingAttachment {
-                for fd in attachmentDescriptors { try watch(fd, wantAttachment ? EPOLLIN.rawValue : 0, modify: true) }
-                watchingAttachment = wantAttachment
-            }
-            let deadline = earliest(link.pollAt, closeDeadline, attachment?.pollAt)
-            var timeout: Int32 = -1
-            if let d = deadline {
-                let ms = (d.nanoseconds - monotonicNow().nanoseconds + 999_999) / 1_000_000
-                timeout = Int32(clamping: max(0, ms))
-            }
-            let n = events.withUnsafeMutableBufferPointer { epoll_wait(epoll, $0.baseAddress, Int32($0.count), timeout) }
-            if n < 0 && errno != EINTR { throw SystemError("epoll_wait") }
-            now = monotonicNow()
-            for i in 0..<max(0, Int(n)) {
-                let fd = events[i].data.fd
-                let flags = events[i].events
-                if fd == fds[0] {
-                    var b: UInt8 = 0
-                    while read(fds[0], &b, 1) == 1 {
-                        if Int32(b) == SIGUSR1 {
-                            for text in attachment?.report() ?? [] { report(text) }
-                            continue
-                        }
-                        if closeDeadline == nil {
-                            link.close(now: now)
-                            closeDeadline = now + closeGrace
-                        } else {
-                            // A second signal: do not wait for the peer any longer.
-                            closeDeadline = now
-                        }
+        do {
+            for fd in attachment?.descriptors ?? [] {
+                try loop.register(fd, events: EPOLLIN.rawValue) { [unowned self] _ in
+                    guard let a = self.attachment, self.downReason == nil else { return }
+                    let now = loop.now
+                    do {
+                        try a.readable(fd, room: max(0, self.lineQueueLimit - self.queuedBytes), now: now)
+                    } catch {
+                        self.report("pppbridge: \(error)")
                     }
-                    continue
-                }
-                if flags & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
-                    try readLine(into: &buffer, now: now)
-                }
-                if flags & EPOLLOUT.rawValue != 0 { try flushPending() }
-                if attachmentDescriptors.contains(fd), let a = attachment {
-                    try a.readable(fd, room: max(0, lineQueueLimit - pending.count), now: now)
                 }
             }
-            if let a = attachment, let p = a.pollAt, p <= now { a.poll(now: now) }
-            if let a = attachment, a.finished, closeWhenAttachmentFinished, closeDeadline == nil {
-                link.close(now: now)
-                closeDeadline = now + closeGrace
-            }
-            link.poll(now: now)
-            try drain(now: now)
-            if let c = closeDeadline, now >= c, link.downReason == nil {
-                link.lineDown(now: now)
-                try drain(now: now)
-            }
+        } catch {
+            unregisterAll()
+            throw error
         }
-        // Best effort for the last frames (a Terminate-Ack), then the captures are complete.
-        try? flushPending()
-        pcap?.close()
-        record?.close()
-        return link.downReason ?? .closedByUs
+        loop.add(self)
+        link.open(now: loop.now)
+        drain(now: loop.now)
     }
 
-    private func readLine(into buffer: inout [UInt8], now: Instant) throws(SystemError) {
+    /// Closes the link with LCP Terminate-Request; a second call stops waiting for the peer.
+    public func close(now: Instant) {
+        guard downReason == nil else { return }
+        if closeDeadline == nil {
+            link.close(now: now)
+            closeDeadline = now + closeGrace
+        } else {
+            closeDeadline = now
+        }
+    }
+
+    /// Takes the link down at once without a word to the peer (the line is the owner's to close).
+    public func forceDown() {
+        guard downReason == nil else { return }
+        let now = loop?.now ?? monotonicNow()
+        pending.removeAll()
+        pendingStart = 0
+        link.lineDown(now: now)
+        drain(now: now)
+        finish(link.downReason ?? .lineHangUp)
+    }
+
+    /// Prints the attachment's counters (SIGUSR1).
+    public func printReport() {
+        for text in attachment?.report() ?? [] { report(text) }
+    }
+
+    private var queuedBytes: Int { pending.count - pendingStart }
+
+    public var pollAt: Instant? {
+        guard downReason == nil else { return nil }
+        return earliest(link.pollAt, closeDeadline, attachment?.pollAt)
+    }
+
+    public func service(now: Instant) {
+        guard downReason == nil else { return }
+        if let a = attachment, let p = a.pollAt, p <= now { a.poll(now: now) }
+        if let a = attachment, a.finished, closeWhenAttachmentFinished, closeDeadline == nil {
+            link.close(now: now)
+            closeDeadline = now + closeGrace
+        }
+        link.poll(now: now)
+        drain(now: now)
+        if let c = closeDeadline, now >= c, link.downReason == nil {
+            link.lineDown(now: now)
+            drain(now: now)
+        }
+        if let reason = link.downReason {
+            finish(reason)
+            return
+        }
+        updateInterest()
+    }
+
+    private func updateInterest() {
+        guard let loop else { return }
+        let wantOutput = queuedBytes > 0
+        if wantOutput != watchingOutput {
+            loop.setInterest(line.descriptor, EPOLLIN.rawValue | (wantOutput ? EPOLLOUT.rawValue : 0))
+            watchingOutput = wantOutput
+        }
+        // Back-pressure: a fast source (the kernel through TUN) waits while the line is behind.
+        let wantAttachment = queuedBytes < lineQueueLimit
+        if wantAttachment != watchingAttachment {
+            for fd in attachment?.descriptors ?? [] { loop.setInterest(fd, wantAttachment ? EPOLLIN.rawValue : 0) }
+            watchingAttachment = wantAttachment
+        }
+    }
+
+    private func finish(_ reason: LinkDownReason) {
+        guard downReason == nil else { return }
+        let now = loop?.now ?? monotonicNow()
+        // Best effort for the last frames (a Terminate-Ack), then the captures are complete.
+        flushPending(now: now)
+        // A write that found the line gone took the link down after the last drain: its
+        // events (the attachment's link-down among them) are still to be delivered.
+        drain(now: now)
+        unregisterAll()
+        pcap?.close()
+        record?.close()
+        downReason = reason
+        onDown?(reason)
+    }
+
+    private func unregisterAll() {
+        guard let loop else { return }
+        loop.unregister(line.descriptor)
+        for fd in attachment?.descriptors ?? [] { loop.unregister(fd) }
+        loop.remove(self)
+    }
+
+    /// Runs the link on a loop of its own on this thread until it is down, with SIGINT/SIGTERM
+    /// closing it (a second signal stops waiting) and SIGUSR1 printing counters.
+    public func run() throws(SystemError) -> LinkDownReason {
+        let loop = try EventLoop()
+        let signals = try SignalWatcher(signals: [SIGINT, SIGTERM, SIGUSR1], loop: loop) { [unowned self] signo in
+            if signo == SIGUSR1 { self.printReport() } else { self.close(now: loop.now) }
+        }
+        defer { signals.cancel() }
+        try start(on: loop)
+        loop.run { self.downReason != nil }
+        return downReason ?? .closedByUs
+    }
+
+    private func lineEvent(_ events: UInt32) {
+        guard downReason == nil, let now = loop?.now else { return }
+        if events & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 { readLine(now: now) }
+        if events & EPOLLOUT.rawValue != 0 { flushPending(now: now) }
+    }
+
+    private func readLine(now: Instant) {
         while true {
             let n: Int?
             do {
-                n = try readAvailable(line.descriptor, into: &buffer)
+                n = try readAvailable(line.descriptor, into: &readBuffer)
             } catch {
                 // EIO: the other side of a pty went away, or the device vanished.
                 link.lineDown(now: now)
@@ -189,14 +217,16 @@ public final class LinkSession {
                 return
             }
             line.peerAttached()
-            var chunk = Array(buffer[0..<count])
+            lineBytesIn += count
+            var chunk = Array(readBuffer[0..<count])
             record?.record(.received, chunk, elapsedTenths: tenths(now))
             if inboundLoss != nil { chunk = inboundLoss!.filter(chunk) }
             link.receive(chunk, now: now)
+            if count < readBuffer.count { return }
         }
     }
 
-    private func drain(now: Instant) throws(SystemError) {
+    private func drain(now: Instant) {
         // Events first, so the attachment is up before the packets that follow IPCP.
         for e in link.takeEvents() {
             switch e {
@@ -213,6 +243,7 @@ public final class LinkSession {
                 break
             }
             onEvent(e)
+            onLinkEvent?(e)
         }
         let packets = link.takeReceivedIPPackets()
         if let a = attachment {
@@ -225,8 +256,12 @@ public final class LinkSession {
         if !out.isEmpty {
             if outboundLoss != nil { out = outboundLoss!.filter(out) }
             record?.record(.sent, out, elapsedTenths: tenths(now))
+            if pendingStart > 0 && pendingStart == pending.count {
+                pending.removeAll(keepingCapacity: true)
+                pendingStart = 0
+            }
             pending += out
-            try flushPending()
+            flushPending(now: now)
         }
         if let pcap {
             let wall = wallClock()
@@ -237,15 +272,24 @@ public final class LinkSession {
         }
     }
 
-    private func flushPending() throws(SystemError) {
-        guard !pending.isEmpty else { return }
+    private func flushPending(now: Instant) {
+        guard queuedBytes > 0 else { return }
         do {
-            let n = try writeSome(line.descriptor, pending[...])
-            pending.removeFirst(n)
+            let n = try writeSome(line.descriptor, pending[pendingStart...])
+            lineBytesOut += n
+            pendingStart += n
+            if pendingStart == pending.count {
+                pending.removeAll(keepingCapacity: true)
+                pendingStart = 0
+            } else if pendingStart > 65536 {
+                pending.removeFirst(pendingStart)
+                pendingStart = 0
+            }
         } catch {
             // The line is gone; what was pending cannot be delivered.
             pending.removeAll()
-            if error.errno != EIO { throw error }
+            pendingStart = 0
+            link.lineDown(now: now)
         }
     }
 
@@ -256,4 +300,65 @@ public final class LinkSession {
         gettimeofday(&tv, nil)
         return CaptureTime(seconds: Int64(tv.tv_sec), microseconds: Int32(tv.tv_usec))
     }
+}
+
+/// The self-pipe the watched signals write to, so the loop sees them as readable bytes.
+nonisolated(unsafe) private var signalPipeWriter: Int32 = -1
+
+/// Turns signals into calls on the loop (one watcher per process at a time): the handler only
+/// writes the signal's number to a pipe.
+public final class SignalWatcher {
+    private let reader: Int32
+    private let writer: Int32
+    private let signals: [Int32]
+    private unowned let loop: EventLoop
+    private var cancelled = false
+
+    public init(signals: [Int32], loop: EventLoop, handler: @escaping (Int32) -> Void) throws(SystemError) {
+        var fds: [Int32] = [0, 0]
+        guard pipe2(&fds, O_NONBLOCK | O_CLOEXEC) == 0 else { throw SystemError("pipe2") }
+        reader = fds[0]
+        writer = fds[1]
+        self.signals = signals
+        self.loop = loop
+        do {
+            try loop.register(reader, events: EPOLLIN.rawValue) { [reader] _ in
+                var b: UInt8 = 0
+                while read(reader, &b, 1) == 1 { handler(Int32(b)) }
+            }
+        } catch {
+            Glibc.close(fds[0])
+            Glibc.close(fds[1])
+            throw error
+        }
+        signalPipeWriter = writer
+        // A parent may have started us with these blocked; we must see them.
+        var unblock = sigset_t()
+        sigemptyset(&unblock)
+        for s in signals { sigaddset(&unblock, s) }
+        pthread_sigmask(SIG_UNBLOCK, &unblock, nil)
+        for s in signals {
+            var action = sigaction()
+            action.__sigaction_handler.sa_handler = { signo in
+                var b = UInt8(truncatingIfNeeded: signo)
+                _ = write(signalPipeWriter, &b, 1)
+            }
+            sigemptyset(&action.sa_mask)
+            action.sa_flags = Int32(SA_RESTART)
+            sigaction(s, &action, nil)
+        }
+    }
+
+    /// Restores the default dispositions and closes the pipe.
+    public func cancel() {
+        guard !cancelled else { return }
+        cancelled = true
+        for s in signals { signal(s, SIG_DFL) }
+        signalPipeWriter = -1
+        loop.unregister(reader)
+        Glibc.close(reader)
+        Glibc.close(writer)
+    }
+
+    deinit { cancel() }
 }

@@ -14,7 +14,7 @@ public final class SerialLine {
     private var symlinkPath: String?
     private var closed = false
 
-    public struct Options: Sendable {
+    public struct Options: Sendable, Equatable {
         public var speed = 115_200
         /// RTS/CTS hardware flow control (pppd's `crtscts`).
         public var hardwareFlowControl = false
@@ -31,6 +31,16 @@ public final class SerialLine {
             Glibc.close(fd)
             throw error
         }
+        descriptor = fd
+        peerPath = nil
+    }
+
+    /// Takes over a descriptor another program opened (a socket, a tty): made non-blocking,
+    /// left in the mode it is in, closed with the line.
+    public init(descriptor fd: Int32) throws(SystemError) {
+        let flags = fcntl(fd, F_GETFL)
+        guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else { throw SystemError("fcntl descriptor \(fd)") }
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
         descriptor = fd
         peerPath = nil
     }
@@ -109,7 +119,12 @@ public final class SerialLine {
         closed = true
         Glibc.close(descriptor)
         if heldPeer >= 0 { Glibc.close(heldPeer) }
-        if let symlinkPath { unlink(symlinkPath) }
+        // Only our own link: another line may have taken the name over since.
+        if let symlinkPath, let peerPath {
+            var target = [CChar](repeating: 0, count: 256)
+            let n = readlink(symlinkPath, &target, target.count - 1)
+            if n > 0, String(decoding: target[0..<n].map { UInt8(bitPattern: $0) }, as: UTF8.self) == peerPath { unlink(symlinkPath) }
+        }
     }
 
     deinit { close() }

@@ -17,28 +17,47 @@ public enum DiagnosticService: String, Sendable, CaseIterable {
     }
 }
 
-/// Our own IP stack on the link, answering pings and, on request, the diagnostic services on
-/// our PPP address; it can also ping through the link.
+/// Something that runs on our stack: the diagnostic services, the channel's bridges, its SOCKS
+/// proxy and DNS relay. The attachment routes each stack event to the application that owns
+/// the port or connection; an application keeps its own work list and does it in `step`.
+public protocol StackApplication: AnyObject {
+    /// The link is up and `host.stack` exists: listen, bind.
+    func start(_ host: StackAttachment, now: Instant)
+    /// The link is down and the stack is gone: let go of everything that belonged to it.
+    func stop()
+    /// A handshake finished on a port this application listens on.
+    func acceptable(port: UInt16, now: Instant)
+    func event(_ id: ConnectionID, _ event: TCPEvent, now: Instant)
+    func datagram(port: UInt16, now: Instant)
+    /// After every batch of input: move what can be moved.
+    func step(now: Instant)
+    var pollAt: Instant? { get }
+    func poll(now: Instant)
+    func report() -> [String]
+}
+
+extension StackApplication {
+    public func acceptable(port: UInt16, now: Instant) {}
+    public func datagram(port: UInt16, now: Instant) {}
+    public var pollAt: Instant? { nil }
+    public func poll(now: Instant) {}
+    public func report() -> [String] { [] }
+}
+
+/// Our own IP stack on the link, answering pings and carrying the applications that run on it;
+/// it can also ping through the link.
 public final class StackAttachment: NetworkAttachment {
-    public private(set) var stack: IPStack?
-    public let services: [DiagnosticService]
+    public internal(set) var stack: IPStack?
+    public private(set) var result: IPCPResult?
     public let tcp: TCPConfiguration
     private let seed: UInt64
     private let output: (String) -> Void
-    private var sessions: [ConnectionID: Session] = [:]
+    public private(set) var applications: [StackApplication] = []
+    private var portOwners: [UInt16: StackApplication] = [:]
+    private var udpOwners: [UInt16: StackApplication] = [:]
+    private var connectionOwners: [ConnectionID: StackApplication] = [:]
     private var ping: Ping?
-
-    struct Session {
-        var service: DiagnosticService
-        /// Echo: bytes read but not yet taken by our send buffer; reading stops while any
-        /// wait, so a peer that does not read its echo closes its own window. Chargen: the
-        /// rest of the current line.
-        var pending: [UInt8] = []
-        var chargenOffset = 0
-        /// Daytime: the time was sent and our direction closed.
-        var greeted = false
-        var peerDone = false
-    }
+    private var serving = false
 
     struct Ping {
         var target: IPv4Address
@@ -52,11 +71,60 @@ public final class StackAttachment: NetworkAttachment {
         var reported = false
     }
 
-    public init(services: [DiagnosticService], tcp: TCPConfiguration = TCPConfiguration(), seed: UInt64, output: @escaping (String) -> Void) {
-        self.services = services
+    public init(services: [DiagnosticService] = [], tcp: TCPConfiguration = TCPConfiguration(), seed: UInt64, output: @escaping (String) -> Void) {
         self.tcp = tcp
         self.seed = seed
         self.output = output
+        if !services.isEmpty { add(DiagnosticServices(services, output: output)) }
+    }
+
+    /// Adds an application; when the link is already up it starts at once.
+    public func add(_ application: StackApplication, now: Instant? = nil) {
+        applications.append(application)
+        if stack != nil, let now { application.start(self, now: now) }
+    }
+
+    public func remove(_ application: StackApplication) {
+        application.stop()
+        applications.removeAll { $0 === application }
+        portOwners = portOwners.filter { $0.value !== application }
+        udpOwners = udpOwners.filter { $0.value !== application }
+        connectionOwners = connectionOwners.filter { $0.value !== application }
+    }
+
+    // MARK: What applications call
+
+    /// Listens on `port` for `owner`.
+    public func listen(port: UInt16, for owner: StackApplication) throws(StackError) {
+        guard stack != nil else { throw StackError.tooManyConnections }
+        try stack!.listen(port: port)
+        portOwners[port] = owner
+    }
+
+    public func unlisten(port: UInt16) {
+        stack?.unlisten(port: port)
+        portOwners[port] = nil
+    }
+
+    /// Takes the next connection that finished its handshake on `port`, owned by `owner`.
+    public func accept(port: UInt16, for owner: StackApplication) -> ConnectionID? {
+        guard let id = stack?.accept(port: port) else { return nil }
+        connectionOwners[id] = owner
+        return id
+    }
+
+    /// Opens a connection from our address for `owner`.
+    public func connect(to remote: TCPEndpoint, for owner: StackApplication, now: Instant) throws(StackError) -> ConnectionID {
+        guard stack != nil else { throw StackError.tooManyConnections }
+        let id = try stack!.connect(to: remote, now: now)
+        connectionOwners[id] = owner
+        return id
+    }
+
+    public func bindUDP(port: UInt16, for owner: StackApplication) throws(StackError) {
+        guard stack != nil else { throw StackError.tooManyConnections }
+        try stack!.bindUDP(port: port)
+        udpOwners[port] = owner
     }
 
     /// Pings `target` `count` times, `interval` apart, once the link is up.
@@ -73,21 +141,23 @@ public final class StackAttachment: NetworkAttachment {
         // VJ compresses only headers whose TCP options repeat; timestamps change in every
         // segment, so with VJ on the link we do not offer them (RFC 1144 predates them).
         if result.transmitVJ != nil { c.tcp.timestamps = false }
-        var s = IPStack(configuration: c, seed: seed)
-        for service in services { try? s.listen(port: service.port) }
-        stack = s
-        if !services.isEmpty {
-            output("stack: \(result.localAddress) answers " + services.map { "\($0.rawValue) (\($0.port))" }.joined(separator: ", "))
-        }
+        stack = IPStack(configuration: c, seed: seed)
+        self.result = result
+        for a in applications { a.start(self, now: now) }
         // The first ping waits one interval: the peer's side of the link is usually still being
         // configured (pppd runs ip-up after IPCP opens) and would not answer it.
         if ping != nil { ping!.next = now + ping!.interval }
     }
 
     public func linkDown() {
-        if stack != nil { output("stack: " + (stack!.counters.description)) }
+        guard stack != nil else { return }
+        output("stack: " + (stack!.counters.description))
+        for a in applications { a.stop() }
         stack = nil
-        sessions = [:]
+        result = nil
+        portOwners = [:]
+        udpOwners = [:]
+        connectionOwners = [:]
     }
 
     public func receive(packet: [UInt8], now: Instant) {
@@ -101,11 +171,14 @@ public final class StackAttachment: NetworkAttachment {
     }
 
     public var pollAt: Instant? {
-        earliest(stack?.pollAt, ping?.next, ping?.deadline)
+        var p = earliest(stack?.pollAt, ping?.next, ping?.deadline)
+        for a in applications { p = earliest(p, a.pollAt) }
+        return p
     }
 
     public func poll(now: Instant) {
         if let p = stack?.pollAt, p <= now { stack?.poll(now: now) }
+        for a in applications { if let p = a.pollAt, p <= now { a.poll(now: now) } }
         pingTick(now: now)
         serve(now: now)
     }
@@ -121,99 +194,38 @@ public final class StackAttachment: NetworkAttachment {
                 lines.append("stack: \(id) \(c.local) <-> \(c.remote) \(c.state.rawValue) in \(c.counters.bytesReceived) out \(c.counters.bytesSent) retrans \(c.counters.retransmittedSegments)")
             }
         }
+        for a in applications { lines += a.report() }
         return lines
     }
 
-    // MARK: Services
-
-    private func serve(now: Instant) {
-        guard stack != nil else { return }
-        for event in stack!.takeEvents() {
-            switch event {
-            case let .acceptable(port):
-                // Only when a handshake finished: `accept` sweeps every connection.
-                guard let service = services.first(where: { $0.port == port }) else { continue }
-                while let id = stack!.accept(port: port) { sessions[id] = Session(service: service) }
-            case let .tcp(id, .closed):
-                sessions[id] = nil
-            case let .echoReply(from, identifier, sequence, _):
-                pingReply(from: from, identifier: identifier, sequence: sequence, now: now)
-            default:
-                break
+    /// Routes the stack's events to their owners, then lets every application move data.
+    /// Applications may call back into the stack (and so cause more events) while serving.
+    func serve(now: Instant) {
+        guard stack != nil, !serving else { return }
+        serving = true
+        defer { serving = false }
+        for _ in 0..<8 {
+            let events = stack?.takeEvents() ?? []
+            for event in events {
+                switch event {
+                case let .acceptable(port):
+                    portOwners[port]?.acceptable(port: port, now: now)
+                case let .tcp(id, e):
+                    let owner = connectionOwners[id]
+                    if case .closed = e { connectionOwners[id] = nil }
+                    owner?.event(id, e, now: now)
+                case let .datagram(port):
+                    udpOwners[port]?.datagram(port: port, now: now)
+                case let .echoReply(from, identifier, sequence, _):
+                    pingReply(from: from, identifier: identifier, sequence: sequence, now: now)
+                case .icmpError:
+                    break
+                }
             }
+            guard stack != nil else { return }
+            for a in applications { a.step(now: now) }
+            if events.isEmpty { return }
         }
-        for id in Array(sessions.keys) { step(id, now: now) }
-    }
-
-    private func step(_ id: ConnectionID, now: Instant) {
-        guard var s = sessions[id] else { return }
-        defer { sessions[id] = s }
-        switch s.service {
-        case .echo:
-            while true {
-                if !s.pending.isEmpty {
-                    let n = stack!.write(id, s.pending, now: now)
-                    s.pending.removeFirst(n)
-                    if !s.pending.isEmpty { break }
-                }
-                let chunk = stack!.read(id, maximum: max(stack!.writableBytes(id), 1), now: now)
-                if chunk.isEmpty { break }
-                s.pending = chunk
-            }
-            if s.pending.isEmpty && stack!.atEndOfStream(id) && !s.peerDone {
-                s.peerDone = true
-                stack!.close(id, now: now)
-            }
-        case .daytime:
-            if !s.greeted {
-                s.greeted = true
-                stack!.write(id, Array(Self.daytime().utf8), now: now)
-                stack!.shutdownWrite(id, now: now)
-            }
-            fallthrough
-        case .discard:
-            while !stack!.read(id, now: now).isEmpty {}
-            if stack!.atEndOfStream(id) && !s.peerDone {
-                s.peerDone = true
-                stack!.close(id, now: now)
-            }
-        case .chargen:
-            while !stack!.read(id, now: now).isEmpty {}
-            if stack!.atEndOfStream(id) {
-                if !s.peerDone {
-                    s.peerDone = true
-                    stack!.close(id, now: now)
-                }
-                return
-            }
-            // The rest of a line the send buffer could not take waits in `pending`, so the
-            // pattern stays exact however the writes are cut.
-            while true {
-                if s.pending.isEmpty {
-                    s.pending = Self.chargenLine(s.chargenOffset)
-                    s.chargenOffset += 1
-                }
-                let n = stack!.write(id, s.pending, now: now)
-                s.pending.removeFirst(n)
-                if !s.pending.isEmpty { break }
-            }
-        }
-    }
-
-    /// RFC 867 leaves the format open; this is the one its example suggests, in UTC.
-    static func daytime() -> String {
-        var t = time(nil)
-        var parts = tm()
-        gmtime_r(&t, &parts)
-        var buffer = [CChar](repeating: 0, count: 64)
-        let n = strftime(&buffer, buffer.count, "%A, %B %d, %Y %H:%M:%S-UTC\r\n", &parts)
-        return String(decoding: buffer.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
-    }
-
-    /// RFC 864: line i is 72 printable characters starting at character i of the 95-character
-    /// ASCII ring (0x20...0x7E), then CR LF.
-    static func chargenLine(_ index: Int) -> [UInt8] {
-        (0..<72).map { UInt8(0x20 + (index + $0) % 95) } + [13, 10]
     }
 
     // MARK: Ping

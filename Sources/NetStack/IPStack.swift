@@ -485,6 +485,9 @@ extension IPStack {
         return connections[id]!.write(bytes, now: now)
     }
 
+    /// A `.writable` event once the send buffer has room again (see `TCPConnection.notifyWhenWritable`).
+    public mutating func notifyWhenWritable(_ id: ConnectionID) { connections[id]?.notifyWhenWritable() }
+
     public mutating func read(_ id: ConnectionID, maximum: Int = .max, now: Instant) -> [UInt8] {
         guard connections[id] != nil else { return [] }
         return connections[id]!.read(maximum: maximum, now: now)

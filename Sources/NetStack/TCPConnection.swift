@@ -273,6 +273,12 @@ public struct TCPConnection: Sendable {
         return n
     }
 
+    /// Asks for a `.writable` event once a quarter of the send buffer is free, as a short
+    /// `write` does (for a writer that only ever writes what `writableBytes` allows).
+    public mutating func notifyWhenWritable() {
+        if writableBytes == 0 { writeBlocked = true }
+    }
+
     /// Removes up to `maximum` bytes of in-order data. Opening the window enough sends a
     /// window update (receiver silly-window avoidance, RFC 9293 §3.8.6.2.2).
     public mutating func read(maximum: Int = .max, now: Instant) -> [UInt8] {

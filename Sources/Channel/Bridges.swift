@@ -1,0 +1,184 @@
+import CSystem
+import Glibc
+import NetStack
+
+/// The three kinds of ICPPP bridge; the port is the same on both sides.
+public enum BridgeKind: String, Sendable, CaseIterable, CustomStringConvertible {
+    /// Listen on every host interface; each client is connected to the terminal's port.
+    case hostToTerminal = "host"
+    /// The same, listening on loopback only.
+    case hostToTerminalLocal = "local"
+    /// Listen on our PPP address; each terminal connection is connected to 127.0.0.1 on the host.
+    case terminalToHost = "terminal"
+
+    /// host and local listen on the host, terminal on our stack: one bridge per port on each side.
+    var listensOnHost: Bool { self != .terminalToHost }
+
+    public var description: String {
+        switch self {
+        case .hostToTerminal: return "host→terminal"
+        case .hostToTerminalLocal: return "host→terminal (local only)"
+        case .terminalToHost: return "terminal→host"
+        }
+    }
+}
+
+/// Why a bridge could not be added; the raw values are the ICPPP header's return codes.
+public enum BridgeError: Int32, Error, Sendable, CustomStringConvertible {
+    case noMoreBridges = -1
+    case alreadyExists = -2
+    case couldNotStart = -3
+    case initialisationFailed = -4
+
+    public var description: String {
+        switch self {
+        case .noMoreBridges: return "no more bridges (at most \(Bridges.maximum))"
+        case .alreadyExists: return "the bridge already exists"
+        case .couldNotStart: return "the bridge could not start (the channel is not open)"
+        case .initialisationFailed: return "the bridge could not be initialised (its port is in use)"
+        }
+    }
+}
+
+public struct BridgeSpec: Sendable, Hashable, CustomStringConvertible {
+    public var kind: BridgeKind
+    public var port: UInt16
+    public init(_ kind: BridgeKind, port: UInt16) {
+        self.kind = kind
+        self.port = port
+    }
+    public var description: String { "\(kind.rawValue):\(port)" }
+}
+
+/// A bridge's state for status and tests.
+public struct BridgeStatus: Sendable, Equatable {
+    public var kind: BridgeKind
+    public var port: UInt16
+    public var traffic: TrafficCounters
+}
+
+/// The channel's bridges, as an application on our stack with listeners on the host.
+final class Bridges: StackApplication {
+    static let maximum = 12
+
+    private final class Bridge {
+        let spec: BridgeSpec
+        var listener: Int32 = -1
+        let counters = Relay.Counter()
+        init(_ spec: BridgeSpec) { self.spec = spec }
+    }
+
+    private unowned let loop: EventLoop
+    private weak var host: StackAttachment?
+    private var bridges: [Bridge] = []
+    private let relays: RelayTable
+    var log: (String) -> Void = { _ in }
+
+    init(loop: EventLoop) {
+        self.loop = loop
+        relays = RelayTable(loop: loop)
+    }
+
+    var specs: [BridgeSpec] { bridges.map(\.spec) }
+    /// The bridges there were when the link last went down.
+    private(set) var lastSpecs: [BridgeSpec] = []
+    var status: [BridgeStatus] { bridges.map { BridgeStatus(kind: $0.spec.kind, port: $0.spec.port, traffic: $0.counters.value) } }
+    var activeConnections: Int { relays.count }
+
+    func start(_ host: StackAttachment, now: Instant) {
+        self.host = host
+        relays.host = host
+    }
+
+    /// The link is down: bridges die with it (ICPPP), their connections are reset.
+    func stop() {
+        lastSpecs = specs
+        relays.closeAll()
+        for b in bridges { closeListener(b) }
+        bridges = []
+        host = nil
+    }
+
+    func add(_ spec: BridgeSpec) throws(BridgeError) {
+        guard let host, let stack = host.stack, let peer = host.result?.peerAddress else { throw .couldNotStart }
+        guard bridges.count < Bridges.maximum else { throw .noMoreBridges }
+        guard !bridges.contains(where: { $0.spec.port == spec.port && $0.spec.kind.listensOnHost == spec.kind.listensOnHost }) else {
+            throw .alreadyExists
+        }
+        let b = Bridge(spec)
+        switch spec.kind {
+        case .hostToTerminal, .hostToTerminalLocal:
+            let address = spec.kind == .hostToTerminal ? IPv4Address(0) : IPv4Address(127, 0, 0, 1)
+            do {
+                b.listener = try HostSocket.listen(on: TCPEndpoint(address, spec.port))
+                try loop.register(b.listener, events: EPOLLIN.rawValue) { [unowned self, weak b] _ in
+                    guard let b else { return }
+                    self.acceptHost(b, terminal: TCPEndpoint(peer, spec.port))
+                }
+            } catch {
+                log("bridge \(spec): \(error)")
+                closeListener(b)
+                throw .initialisationFailed
+            }
+        case .terminalToHost:
+            guard !stack.listeningPorts.contains(spec.port) else { throw .initialisationFailed }
+            do { try host.listen(port: spec.port, for: self) } catch { throw .initialisationFailed }
+        }
+        bridges.append(b)
+        log("bridge \(spec.kind) on port \(spec.port)")
+    }
+
+    /// Removes a bridge: no new connections; those it carries run to their end.
+    func remove(_ spec: BridgeSpec) -> Bool {
+        guard let i = bridges.firstIndex(where: { $0.spec == spec }) else { return false }
+        let b = bridges.remove(at: i)
+        if spec.kind == .terminalToHost { host?.unlisten(port: spec.port) }
+        closeListener(b)
+        return true
+    }
+
+    private func closeListener(_ b: Bridge) {
+        guard b.listener >= 0 else { return }
+        loop.unregister(b.listener)
+        Glibc.close(b.listener)
+        b.listener = -1
+    }
+
+    /// A host client: open the same port on the terminal through our stack.
+    private func acceptHost(_ b: Bridge, terminal: TCPEndpoint) {
+        let now = loop.now
+        while let (fd, _) = HostSocket.accept(b.listener) {
+            guard let host, let id = try? host.connect(to: terminal, for: self, now: now) else {
+                b.counters.value.failures += 1
+                HostSocket.closeWithReset(fd)
+                continue
+            }
+            relays.add(Relay(id: id, fd: fd, counters: b.counters, hostConnected: true, stackEstablished: false))
+        }
+        host?.serve(now: now)
+    }
+
+    /// A terminal client: open the same port on the host's loopback.
+    func acceptable(port: UInt16, now: Instant) {
+        guard let host, let b = bridges.first(where: { $0.spec.kind == .terminalToHost && $0.spec.port == port }) else { return }
+        while let id = host.accept(port: port, for: self) {
+            do {
+                let fd = try HostSocket.connect(to: TCPEndpoint(IPv4Address(127, 0, 0, 1), port))
+                relays.add(Relay(id: id, fd: fd, counters: b.counters, hostConnected: false, stackEstablished: true))
+            } catch {
+                b.counters.value.failures += 1
+                host.stack?.abort(id, now: now)
+            }
+        }
+    }
+
+    func event(_ id: ConnectionID, _ event: TCPEvent, now: Instant) { relays.event(id, event, now: now) }
+    func step(now: Instant) { relays.step(now: now) }
+
+    func report() -> [String] {
+        bridges.map { b in
+            let t = b.counters.value
+            return "bridge \(b.spec): connections \(t.connections) (\(t.active) open), to terminal \(t.bytesToTerminal) B, to host \(t.bytesToHost) B, failures \(t.failures)"
+        }
+    }
+}

@@ -1,0 +1,462 @@
+import Capture
+import Glibc
+import NetStack
+import PPP
+
+/// Where the channel's PPP line is.
+public enum ChannelLine: Sendable, Equatable {
+    /// A serial device or an existing pty (a symlink to one is followed at every open).
+    case device(String, SerialLine.Options = SerialLine.Options())
+    /// A pty we create at every open; its name is announced in a `.line` event.
+    case pty(linkedAt: String?, SerialLine.Options = SerialLine.Options())
+    /// A descriptor handed to us (a socket or tty another program opened); closed with the channel.
+    case descriptor(Int32)
+}
+
+/// Everything a channel needs to know before it opens.
+public struct ChannelConfiguration: Sendable {
+    public var line: ChannelLine
+    /// The PPP link (host role by default: we assign the terminal its address).
+    public var link: LinkConfiguration
+    public var tcp = TCPConfiguration()
+    /// The SOCKS proxy on our PPP address (on by default, as in ICPPP); nil turns it off.
+    public var socks: SocksConfiguration? = SocksConfiguration()
+    /// Keep-alive for the proxy's outbound host sockets (nil: the kernel's default, off).
+    public var keepAlive: KeepAliveSettings?
+    /// Relay the terminal's DNS queries (sent to our PPP address, which we hand out as its DNS
+    /// server unless `link.ipcp.dnsServers` says otherwise) to this resolver; nil asks the
+    /// host's own (resolv.conf).
+    public var relayDNS = true
+    public var dnsUpstream: TCPEndpoint?
+    /// Diagnostic services on our PPP address.
+    public var services: [DiagnosticService] = []
+    public var pcapPath: String?
+    public var recordPath: String?
+    /// Beyond ICPPP: add the bridges of the previous link again when the channel reopens.
+    public var rearmBridgesOnReopen = false
+    /// Testing only: drop this share of frames both ways.
+    public var frameLoss = 0.0
+
+    public init(line: ChannelLine, link: LinkConfiguration = .host(local: IPv4Address(192, 168, 53, 1), terminal: IPv4Address(192, 168, 53, 2))) {
+        self.line = line
+        self.link = link
+    }
+}
+
+/// The link's addresses, known once the channel is open (ICPPP's IP, submask, dns, terminalIP).
+public struct ChannelAddresses: Sendable, Equatable {
+    public var ip: IPv4Address
+    public var submask: IPv4Address
+    public var dns: IPv4Address?
+    public var terminalIP: IPv4Address
+}
+
+/// Why the channel closed.
+public enum ChannelCloseReason: Sendable, Equatable, CustomStringConvertible {
+    case closedByUs
+    case peerTerminated(String)
+    case lineHangUp
+    case echoTimeout
+    case loopback
+    case authenticationFailed(String)
+    case negotiationFailed(String)
+    /// The line could not be opened or failed (with the system's words).
+    case lineFailed(String)
+
+    init(_ reason: LinkDownReason) {
+        switch reason {
+        case .closedByUs: self = .closedByUs
+        case let .peerTerminated(m): self = .peerTerminated(m)
+        case .lineHangUp: self = .lineHangUp
+        case .echoTimeout: self = .echoTimeout
+        case .loopback: self = .loopback
+        case let .authenticationFailed(m): self = .authenticationFailed(m)
+        case let .negotiationFailed(m), let .networkFailed(m): self = .negotiationFailed(m)
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .closedByUs: return "closed by us"
+        case let .peerTerminated(m): return "peer terminated the link" + (m.isEmpty ? "" : " (\"\(m)\")")
+        case .lineHangUp: return "line hang-up"
+        case .echoTimeout: return "no answer to LCP echo requests"
+        case .loopback: return "the line is looped back"
+        case let .authenticationFailed(m): return "authentication failed: \(m)"
+        case let .negotiationFailed(m): return "negotiation failed: \(m)"
+        case let .lineFailed(m): return "line failed: \(m)"
+        }
+    }
+}
+
+public enum ChannelEvent: Sendable, Equatable {
+    /// The line is open (for a pty we created: the name another program opens).
+    case line(String?)
+    case opened(ChannelAddresses)
+    case closed(ChannelCloseReason)
+    /// What the PPP link reports (phases, LCP/IPCP results, debug lines when asked for).
+    case link(LinkEvent)
+    /// A line for a person: bridges and proxy connections opening and failing.
+    case log(String)
+}
+
+public enum ChannelError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The link closed before it opened.
+    case closed(ChannelCloseReason)
+    public var description: String {
+        switch self {
+        case let .closed(r): return "the channel closed before it opened: \(r)"
+        }
+    }
+}
+
+/// The channel's delegate, called on the event loop's thread. A bridge added in
+/// `channelDidOpen` accepts connections at once.
+public protocol ChannelDelegate: AnyObject {
+    func channelDidOpen(_ channel: Channel)
+    func channelDidClose(_ channel: Channel, reason: ChannelCloseReason)
+}
+
+/// A snapshot for status displays.
+public struct ChannelStatus: Sendable, Equatable {
+    public enum State: String, Sendable { case closed, opening, open, closing }
+    public var state: State
+    public var addresses: ChannelAddresses?
+    public var bridges: [BridgeStatus]
+    public var proxy: TrafficCounters?
+    public var proxyRefusals: Int
+    public var lineBytesIn: Int
+    public var lineBytesOut: Int
+    public var framesDropped: Int
+    public var opens: Int
+    public var lastCloseReason: ChannelCloseReason?
+}
+
+/// The ICPPP channel: a PPP link on a line, our TCP/IP stack on it, the bridges, the SOCKS
+/// proxy and the DNS relay. All of its state lives on its event loop; the public calls may be
+/// made from any thread (they are posted to the loop and waited for) and from the delegate.
+public final class Channel: @unchecked Sendable {
+    public let loop: EventLoop
+    private var configuration: ChannelConfiguration
+    public weak var delegate: ChannelDelegate?
+
+    private var state = ChannelStatus.State.closed
+    private var session: LinkSession?
+    private var attachment: StackAttachment?
+    private var bridges: Bridges?
+    private var socks: SocksProxy?
+    private var addresses: ChannelAddresses?
+    private var reopenRequested = false
+    private var openWaiters: [(Result<ChannelAddresses, ChannelError>) -> Void] = []
+    private var closeWaiters: [(ChannelCloseReason) -> Void] = []
+    private var subscribers: [Int: AsyncStream<ChannelEvent>.Continuation] = [:]
+    private var nextSubscriber = 0
+    private var previousBridges: [BridgeSpec] = []
+    private var opens = 0
+    private var lastCloseReason: ChannelCloseReason?
+    private var lastLineBytes = (0, 0)
+    private var seed: UInt64
+
+    public init(configuration: ChannelConfiguration, loop: EventLoop = .shared) {
+        self.configuration = configuration
+        self.loop = loop
+        var s: UInt64 = 0
+        withUnsafeMutableBytes(of: &s) { _ = getentropy($0.baseAddress, $0.count) }
+        seed = s
+    }
+
+    /// A channel let go while its link runs takes the link down (without a word to the peer)
+    /// and closes everything it holds.
+    deinit {
+        if let session {
+            loop.sync {
+                session.forceDown()
+                session.line.close()
+            }
+        }
+        for c in subscribers.values { c.finish() }
+    }
+
+    // MARK: Events
+
+    /// A stream of everything the channel reports from now on; each call makes a new subscriber.
+    public func events() -> AsyncStream<ChannelEvent> {
+        let (stream, continuation) = AsyncStream<ChannelEvent>.makeStream(bufferingPolicy: .bufferingNewest(1024))
+        let key = loop.sync { () -> Int in
+            nextSubscriber += 1
+            subscribers[nextSubscriber] = continuation
+            return nextSubscriber
+        }
+        continuation.onTermination = { [weak self] _ in
+            guard let self else { return }
+            self.loop.execute { self.subscribers[key] = nil }
+        }
+        return stream
+    }
+
+    private func emit(_ event: ChannelEvent) {
+        for c in subscribers.values { c.yield(event) }
+    }
+
+    private func log(_ text: String) { emit(.log(text)) }
+
+    // MARK: Open and close
+
+    /// Starts opening the link and returns at once (ICPPP's openChannel); did-open follows.
+    /// While a previous close is still going on, the open waits for it to finish.
+    /// Throws when the line cannot be opened.
+    public func start() throws(ChannelError) {
+        let failure: ChannelCloseReason? = loop.sync {
+            startOnLoop()
+            if state == .closed, !reopenRequested, let r = lastCloseReason, case .lineFailed = r { return r }
+            return nil
+        }
+        if let failure { throw .closed(failure) }
+    }
+
+    /// Opens the link and returns its addresses once IP runs on it.
+    public func open() async throws(ChannelError) -> ChannelAddresses {
+        let result = await withCheckedContinuation { (c: CheckedContinuation<Result<ChannelAddresses, ChannelError>, Never>) in
+            loop.sync {
+                if state == .open, let addresses {
+                    c.resume(returning: .success(addresses))
+                    return
+                }
+                openWaiters.append { c.resume(returning: $0) }
+                startOnLoop()
+            }
+        }
+        return try result.get()
+    }
+
+    /// Closes the link (LCP Terminate-Request) and returns at once (ICPPP's closeChannel).
+    public func requestClose() {
+        loop.sync { closeOnLoop() }
+    }
+
+    /// Closes the link and returns once it is down.
+    @discardableResult
+    public func close() async -> ChannelCloseReason {
+        await withCheckedContinuation { (c: CheckedContinuation<ChannelCloseReason, Never>) in
+            loop.sync {
+                if state == .closed && !reopenRequested {
+                    c.resume(returning: lastCloseReason ?? .closedByUs)
+                    return
+                }
+                closeWaiters.append { c.resume(returning: $0) }
+                closeOnLoop()
+            }
+        }
+    }
+
+    private func startOnLoop() {
+        switch state {
+        case .open, .opening: return
+        case .closing:
+            reopenRequested = true
+            return
+        case .closed: break
+        }
+        reopenRequested = false
+        lastCloseReason = nil
+        let line: SerialLine
+        do {
+            switch configuration.line {
+            case let .device(path, options): line = try SerialLine(device: path, options: options)
+            case let .pty(link, options): line = try SerialLine(ptyLinkedAt: link, options: options)
+            case let .descriptor(fd): line = try SerialLine(descriptor: fd)
+            }
+        } catch {
+            finishOpen(.failure(.closed(.lineFailed(error.description))))
+            lastCloseReason = .lineFailed(error.description)
+            emit(.closed(.lineFailed(error.description)))
+            delegate?.channelDidClose(self, reason: .lineFailed(error.description))
+            return
+        }
+        var pcap: PcapWriter?
+        var record: PPPDRecordWriter?
+        do {
+            if let p = configuration.pcapPath { pcap = try PcapWriter(path: p, linkType: .pppWithDirection) }
+            if let p = configuration.recordPath {
+                var tv = timeval()
+                gettimeofday(&tv, nil)
+                record = try PPPDRecordWriter(path: p, startTime: Int64(tv.tv_sec))
+            }
+        } catch {
+            line.close()
+            let reason = ChannelCloseReason.lineFailed("capture: \(error)")
+            lastCloseReason = reason
+            finishOpen(.failure(.closed(reason)))
+            emit(.closed(reason))
+            delegate?.channelDidClose(self, reason: reason)
+            return
+        }
+        emit(.line(line.peerPath))
+        seed = seed &* 6364136223846793005 &+ 1442695040888963407
+        var link = configuration.link
+        let relayUpstream: TCPEndpoint? = configuration.relayDNS
+            ? (configuration.dnsUpstream ?? DNSRelay.systemResolver().map { TCPEndpoint($0, 53) }) : nil
+        if relayUpstream != nil, link.ipcp.dnsServers.isEmpty, let local = link.ipcp.localAddress, !link.ipcp.acceptLocal {
+            link.ipcp.dnsServers = [local]
+        }
+        let attachment = StackAttachment(services: configuration.services, tcp: configuration.tcp, seed: seed &+ 1) { [weak self] text in
+            self?.log(text)
+        }
+        let bridges = Bridges(loop: loop)
+        bridges.log = { [weak self] in self?.log($0) }
+        attachment.add(bridges)
+        if let s = configuration.socks {
+            let proxy = SocksProxy(configuration: s, loop: loop)
+            proxy.keepAlive = configuration.keepAlive
+            proxy.log = { [weak self] in self?.log($0) }
+            attachment.add(proxy)
+            socks = proxy
+        } else {
+            socks = nil
+        }
+        if let upstream = relayUpstream {
+            let relay = DNSRelay(upstream: upstream, loop: loop, seed: seed &+ 3)
+            relay.log = { [weak self] in self?.log($0) }
+            attachment.add(relay)
+        }
+        let session = LinkSession(line: line, link: PPPLink(configuration: link, seed: seed), pcap: pcap, record: record,
+                                  attachment: attachment, frameLoss: configuration.frameLoss, seed: seed &+ 2) { [weak self] event in
+            self?.linkEvent(event)
+        }
+        session.report = { [weak self] in self?.log($0) }
+        session.onDown = { [weak self] reason in self?.linkDown(reason) }
+        self.attachment = attachment
+        self.bridges = bridges
+        self.session = session
+        state = .opening
+        do {
+            try session.start(on: loop)
+        } catch {
+            self.session = nil
+            self.attachment = nil
+            self.bridges = nil
+            socks = nil
+            line.close()
+            state = .closed
+            let reason = ChannelCloseReason.lineFailed(error.description)
+            lastCloseReason = reason
+            finishOpen(.failure(.closed(reason)))
+            emit(.closed(reason))
+            delegate?.channelDidClose(self, reason: reason)
+        }
+    }
+
+    private func closeOnLoop() {
+        reopenRequested = false
+        switch state {
+        case .open, .opening:
+            state = .closing
+            session?.close(now: loop.now)
+        case .closing:
+            // A second request stops waiting for the peer's Terminate-Ack.
+            session?.close(now: loop.now)
+        case .closed:
+            break
+        }
+    }
+
+    private func linkEvent(_ event: LinkEvent) {
+        emit(.link(event))
+        guard case let .ipcpOpened(result) = event else { return }
+        let a = ChannelAddresses(ip: result.localAddress, submask: result.netmask, dns: result.dnsServers.first, terminalIP: result.peerAddress)
+        addresses = a
+        if state == .opening { state = .open }
+        opens += 1
+        if configuration.rearmBridgesOnReopen {
+            for spec in previousBridges {
+                do { try bridges?.add(spec) } catch { log("bridge \(spec) not re-armed: \(error)") }
+            }
+        }
+        emit(.opened(a))
+        finishOpen(.success(a))
+        delegate?.channelDidOpen(self)
+    }
+
+    private func linkDown(_ down: LinkDownReason) {
+        let reason = ChannelCloseReason(down)
+        previousBridges = bridges?.lastSpecs ?? []
+        if let s = session { lastLineBytes = (s.lineBytesIn, s.lineBytesOut) }
+        session?.line.close()
+        session = nil
+        attachment = nil
+        bridges = nil
+        socks = nil
+        addresses = nil
+        state = .closed
+        lastCloseReason = reason
+        finishOpen(.failure(.closed(reason)))
+        emit(.closed(reason))
+        let waiters = closeWaiters
+        closeWaiters = []
+        for w in waiters { w(reason) }
+        delegate?.channelDidClose(self, reason: reason)
+        if reopenRequested { startOnLoop() }
+    }
+
+    private func finishOpen(_ result: Result<ChannelAddresses, ChannelError>) {
+        let waiters = openWaiters
+        openWaiters = []
+        for w in waiters { w(result) }
+    }
+
+    // MARK: Properties (ICPPP's, valid after did-open)
+
+    public var currentAddresses: ChannelAddresses? { loop.sync { addresses } }
+    public var ip: String? { currentAddresses.map { $0.ip.description } }
+    public var submask: String? { currentAddresses.map { $0.submask.description } }
+    public var dns: String? { currentAddresses?.dns.map { $0.description } }
+    public var terminalIP: String? { currentAddresses.map { $0.terminalIP.description } }
+    public var isOpen: Bool { loop.sync { state == .open } }
+
+    // MARK: Bridges
+
+    /// Adds a bridge; the same port on both sides. Throws the ICPPP error (its raw value is the
+    /// header's return code).
+    public func addBridge(_ kind: BridgeKind, port: UInt16) throws(BridgeError) {
+        let r: Result<Void, BridgeError> = loop.sync {
+            guard state == .open, let bridges else { return .failure(.couldNotStart) }
+            do throws(BridgeError) { try bridges.add(BridgeSpec(kind, port: port)) } catch { return .failure(error) }
+            return .success(())
+        }
+        try r.get()
+    }
+
+    /// Removes a bridge (beyond ICPPP): it takes no new connections; open ones run to their end.
+    @discardableResult
+    public func removeBridge(_ kind: BridgeKind, port: UInt16) -> Bool {
+        loop.sync { bridges?.remove(BridgeSpec(kind, port: port)) ?? false }
+    }
+
+    public var bridgeStatus: [BridgeStatus] { loop.sync { bridges?.status ?? [] } }
+
+    // MARK: Proxy
+
+    /// ICPPP's setKeepAliveDelay:Interval:andCount: for the proxy's outbound host sockets from
+    /// now on (connections already open keep theirs).
+    public func setKeepAlive(_ settings: KeepAliveSettings?) {
+        loop.sync {
+            configuration.keepAlive = settings
+            socks?.keepAlive = settings
+        }
+    }
+
+    public var proxyConnections: [ProxyConnectionStatus] { loop.sync { socks?.connections ?? [] } }
+
+    public var status: ChannelStatus {
+        loop.sync {
+            let lineBytes = session.map { ($0.lineBytesIn, $0.lineBytesOut) } ?? lastLineBytes
+            return ChannelStatus(state: state, addresses: addresses, bridges: bridges?.status ?? [], proxy: socks?.counters.value,
+                                 proxyRefusals: socks?.refusals ?? 0, lineBytesIn: lineBytes.0, lineBytesOut: lineBytes.1,
+                                 framesDropped: session?.link.decoder.counters.droppedFrames ?? 0, opens: opens,
+                                 lastCloseReason: lastCloseReason)
+        }
+    }
+
+    /// The stack's and applications' counters, as lines for a person.
+    public func report() -> [String] { loop.sync { attachment?.report() ?? ["channel \(state.rawValue)"] } }
+}

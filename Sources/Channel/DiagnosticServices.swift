@@ -1,0 +1,144 @@
+import Glibc
+import NetStack
+
+/// The diagnostic services on our PPP address (RFC 862 echo, 863 discard, 864 chargen, 867
+/// daytime), as an application on our stack. The port of each can be moved (a simulated
+/// terminal serves echo on its payment port, for instance).
+public final class DiagnosticServices: StackApplication {
+    public let services: [(service: DiagnosticService, port: UInt16)]
+    private let output: (String) -> Void
+    private weak var host: StackAttachment?
+    private var sessions: [ConnectionID: Session] = [:]
+    private var dirty: Set<ConnectionID> = []
+
+    struct Session {
+        var service: DiagnosticService
+        /// Echo: bytes read but not yet taken by our send buffer; reading stops while any
+        /// wait, so a peer that does not read its echo closes its own window. Chargen: the
+        /// rest of the current line.
+        var pending: [UInt8] = []
+        var chargenOffset = 0
+        /// Daytime: the time was sent and our direction closed.
+        var greeted = false
+        var peerDone = false
+    }
+
+    public init(_ services: [DiagnosticService], output: @escaping (String) -> Void = { _ in }) {
+        self.services = services.map { ($0, $0.port) }
+        self.output = output
+    }
+
+    public init(ports: [(DiagnosticService, UInt16)], output: @escaping (String) -> Void = { _ in }) {
+        self.services = ports.map { ($0.0, $0.1) }
+        self.output = output
+    }
+
+    public func start(_ host: StackAttachment, now: Instant) {
+        self.host = host
+        for (_, port) in services { try? host.listen(port: port, for: self) }
+        if let address = host.stack?.address {
+            output("stack: \(address) answers " + services.map { "\($0.service.rawValue) (\($0.port))" }.joined(separator: ", "))
+        }
+    }
+
+    public func stop() {
+        sessions = [:]
+        dirty = []
+        host = nil
+    }
+
+    public func acceptable(port: UInt16, now: Instant) {
+        guard let host, let service = services.first(where: { $0.port == port })?.service else { return }
+        while let id = host.accept(port: port, for: self) {
+            sessions[id] = Session(service: service)
+            dirty.insert(id)
+        }
+    }
+
+    public func event(_ id: ConnectionID, _ event: TCPEvent, now: Instant) {
+        if case .closed = event {
+            sessions[id] = nil
+            dirty.remove(id)
+        } else if sessions[id] != nil {
+            dirty.insert(id)
+        }
+    }
+
+    public func step(now: Instant) {
+        guard host?.stack != nil else { return }
+        let work = dirty
+        dirty = []
+        for id in work { step(id, now: now) }
+    }
+
+    private func step(_ id: ConnectionID, now: Instant) {
+        guard var s = sessions[id], let host else { return }
+        defer { sessions[id] = s }
+        switch s.service {
+        case .echo:
+            while true {
+                if !s.pending.isEmpty {
+                    let n = host.stack!.write(id, s.pending, now: now)
+                    s.pending.removeFirst(n)
+                    if !s.pending.isEmpty { break }
+                }
+                let chunk = host.stack!.read(id, maximum: max(host.stack!.writableBytes(id), 1), now: now)
+                if chunk.isEmpty { break }
+                s.pending = chunk
+            }
+            if s.pending.isEmpty && host.stack!.atEndOfStream(id) && !s.peerDone {
+                s.peerDone = true
+                host.stack!.close(id, now: now)
+            }
+        case .daytime:
+            if !s.greeted {
+                s.greeted = true
+                host.stack!.write(id, Array(Self.daytime().utf8), now: now)
+                host.stack!.shutdownWrite(id, now: now)
+            }
+            fallthrough
+        case .discard:
+            while !host.stack!.read(id, now: now).isEmpty {}
+            if host.stack!.atEndOfStream(id) && !s.peerDone {
+                s.peerDone = true
+                host.stack!.close(id, now: now)
+            }
+        case .chargen:
+            while !host.stack!.read(id, now: now).isEmpty {}
+            if host.stack!.atEndOfStream(id) {
+                if !s.peerDone {
+                    s.peerDone = true
+                    host.stack!.close(id, now: now)
+                }
+                return
+            }
+            // The rest of a line the send buffer could not take waits in `pending`, so the
+            // pattern stays exact however the writes are cut.
+            while true {
+                if s.pending.isEmpty {
+                    s.pending = Self.chargenLine(s.chargenOffset)
+                    s.chargenOffset += 1
+                }
+                let n = host.stack!.write(id, s.pending, now: now)
+                s.pending.removeFirst(n)
+                if !s.pending.isEmpty { break }
+            }
+        }
+    }
+
+    /// RFC 867 leaves the format open; this is the one its example suggests, in UTC.
+    static func daytime() -> String {
+        var t = time(nil)
+        var parts = tm()
+        gmtime_r(&t, &parts)
+        var buffer = [CChar](repeating: 0, count: 64)
+        let n = strftime(&buffer, buffer.count, "%A, %B %d, %Y %H:%M:%S-UTC\r\n", &parts)
+        return String(decoding: buffer.prefix(n).map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+
+    /// RFC 864: line i is 72 printable characters starting at character i of the 95-character
+    /// ASCII ring (0x20...0x7E), then CR LF.
+    static func chargenLine(_ index: Int) -> [UInt8] {
+        (0..<72).map { UInt8(0x20 + (index + $0) % 95) } + [13, 10]
+    }
+}

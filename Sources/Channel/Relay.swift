@@ -1,0 +1,248 @@
+import CSystem
+import Glibc
+import NetStack
+
+/// What crossed one bridge (or the proxy): counted as it moves.
+public struct TrafficCounters: Sendable, Equatable {
+    /// Connections carried, and those still open.
+    public var connections = 0
+    public var active = 0
+    public var bytesToTerminal = 0
+    public var bytesToHost = 0
+    /// Connections that could not be made (refused, unreachable) or ended in a reset.
+    public var failures = 0
+    public init() {}
+}
+
+/// One bridged connection: a host socket on one side, a connection of our stack on the other.
+/// Each direction moves only as fast as its far side takes it: a host that does not read keeps
+/// our stack's receive buffer full, which closes the terminal's window; a terminal that does
+/// not read fills our send buffer and we stop reading the host socket.
+final class Relay {
+    let id: ConnectionID
+    let fd: Int32
+    let counters: Counter
+    /// The host socket finished connecting (accepted ones start connected).
+    var hostConnected: Bool
+    /// Our stack's connection is established (accepted ones start established).
+    var stackEstablished: Bool
+    /// Bytes from the terminal waiting for the host socket.
+    var toHost: [UInt8] = []
+    var toHostStart = 0
+    /// The host half-closed: carried to the terminal as our FIN.
+    var hostEOF = false
+    /// The terminal half-closed: carried to the host as shutdown(SHUT_WR).
+    var stackEOF = false
+    /// Called once the host socket connected; false refuses the connection.
+    var onHostConnected: ((Relay) -> Void)?
+    /// Called when the host socket could not connect, with its errno; the relay is then gone
+    /// from the table and the stack connection is the caller's to answer and close.
+    var onHostConnectFailed: ((Relay, Int32) -> Void)?
+    var onFinished: ((Relay) -> Void)?
+    var interest: UInt32 = 0
+
+    final class Counter {
+        var value = TrafficCounters()
+    }
+
+    init(id: ConnectionID, fd: Int32, counters: Counter, hostConnected: Bool, stackEstablished: Bool) {
+        self.id = id
+        self.fd = fd
+        self.counters = counters
+        self.hostConnected = hostConnected
+        self.stackEstablished = stackEstablished
+        counters.value.connections += 1
+        counters.value.active += 1
+    }
+
+    var pendingToHost: Int { toHost.count - toHostStart }
+}
+
+/// The relays of one application (the bridges, or the proxy), pumped from the loop.
+final class RelayTable {
+    unowned let loop: EventLoop
+    weak var host: StackAttachment?
+    private(set) var relays: [ConnectionID: Relay] = [:]
+    private var dirty: Set<ConnectionID> = []
+    private var buffer = [UInt8](repeating: 0, count: 65536)
+
+    init(loop: EventLoop) { self.loop = loop }
+
+    var count: Int { relays.count }
+
+    func add(_ r: Relay) {
+        relays[r.id] = r
+        r.interest = wantedInterest(r)
+        do {
+            // The relay is held strongly for the length of the call: it may leave the table in it.
+            try loop.register(r.fd, events: r.interest) { [unowned self, weak r] events in
+                guard let r else { return }
+                self.hostEvent(r, events)
+            }
+        } catch {
+            fail(r, now: loop.now)
+            return
+        }
+        dirty.insert(r.id)
+    }
+
+    func event(_ id: ConnectionID, _ event: TCPEvent, now: Instant) {
+        guard let r = relays[id] else { return }
+        switch event {
+        case .established:
+            r.stackEstablished = true
+            dirty.insert(id)
+        case .readable, .writable, .peerFinished:
+            dirty.insert(id)
+        case let .closed(reason):
+            // The terminal's side is gone. Whatever it sent before a normal close was read
+            // already; a reset or timeout is passed on to the host as a reset.
+            if reason == .closed {
+                pump(r, now: now)
+                if r.pendingToHost > 0 { _ = try? HostSocket.send(r.fd, r.toHost[r.toHostStart...]) }
+                remove(r, reset: false)
+            } else {
+                r.counters.value.failures += 1
+                remove(r, reset: true)
+            }
+        }
+    }
+
+    func step(now: Instant) {
+        guard !dirty.isEmpty else { return }
+        let work = dirty
+        dirty = []
+        for id in work { if let r = relays[id] { pump(r, now: now) } }
+    }
+
+    /// The link is down: every host connection is reset, every descriptor closed.
+    func closeAll() {
+        for r in Array(relays.values) { remove(r, reset: true) }
+        dirty = []
+    }
+
+    // MARK: Moving bytes
+
+    private func hostEvent(_ r: Relay, _ events: UInt32) {
+        let now = loop.now
+        guard relays[r.id] != nil else { return }
+        if !r.hostConnected {
+            guard events & (EPOLLOUT.rawValue | EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 else { return }
+            let e = HostSocket.pendingError(r.fd)
+            if e != 0 {
+                r.counters.value.failures += 1
+                let failed = r.onHostConnectFailed
+                relays[r.id] = nil
+                dirty.remove(r.id)
+                loop.unregister(r.fd)
+                Glibc.close(r.fd)
+                r.counters.value.active -= 1
+                if let failed { failed(r, e) } else { host?.stack?.abort(r.id, now: now) }
+                return
+            }
+            r.hostConnected = true
+            r.onHostConnected?(r)
+        }
+        if events & EPOLLERR.rawValue != 0 && HostSocket.pendingError(r.fd) != 0 {
+            fail(r, now: now)
+            return
+        }
+        if events & (EPOLLIN.rawValue | EPOLLHUP.rawValue) != 0 { readHost(r, now: now) }
+        guard relays[r.id] != nil else { return }
+        pump(r, now: now)
+    }
+
+    private func readHost(_ r: Relay, now: Instant) {
+        guard let host, host.stack != nil else { return }
+        while !r.hostEOF && r.stackEstablished {
+            let room = host.stack!.writableBytes(r.id)
+            guard room > 0 else {
+                host.stack!.notifyWhenWritable(r.id)
+                return
+            }
+            let want = min(room, buffer.count)
+            let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { read(r.fd, b.baseAddress, want) } }
+            if n > 0 {
+                host.stack!.write(r.id, buffer[0..<n], now: now)
+                r.counters.value.bytesToTerminal += n
+                if n < want { return }
+            } else if n == 0 {
+                r.hostEOF = true
+                host.stack!.shutdownWrite(r.id, now: now)
+            } else {
+                if errno == EAGAIN || errno == EWOULDBLOCK { return }
+                fail(r, now: now)
+                return
+            }
+        }
+    }
+
+    private func pump(_ r: Relay, now: Instant) {
+        guard let host, host.stack != nil, relays[r.id] != nil else { return }
+        if r.hostConnected {
+            while true {
+                if r.pendingToHost > 0 {
+                    do {
+                        let n = try HostSocket.send(r.fd, r.toHost[r.toHostStart...])
+                        r.toHostStart += n
+                        r.counters.value.bytesToHost += n
+                    } catch {
+                        fail(r, now: now)
+                        return
+                    }
+                    if r.pendingToHost > 0 { break }
+                    r.toHost.removeAll(keepingCapacity: true)
+                    r.toHostStart = 0
+                }
+                if r.stackEOF || !r.stackEstablished { break }
+                let chunk = host.stack!.read(r.id, maximum: buffer.count, now: now)
+                if chunk.isEmpty {
+                    if host.stack!.atEndOfStream(r.id) {
+                        r.stackEOF = true
+                        shutdown(r.fd, Int32(SHUT_WR))
+                    }
+                    break
+                }
+                r.toHost = chunk
+                r.toHostStart = 0
+            }
+            // The host's bytes wait in its socket until our send buffer has room.
+            if !r.hostEOF { readHost(r, now: now) }
+            guard relays[r.id] != nil else { return }
+        }
+        if r.hostEOF && r.stackEOF && r.pendingToHost == 0 {
+            host.stack!.close(r.id, now: now)
+            remove(r, reset: false)
+            return
+        }
+        let want = wantedInterest(r)
+        if want != r.interest {
+            r.interest = want
+            loop.setInterest(r.fd, want)
+        }
+    }
+
+    private func wantedInterest(_ r: Relay) -> UInt32 {
+        guard r.hostConnected else { return EPOLLOUT.rawValue }
+        var e: UInt32 = 0
+        if !r.hostEOF && r.stackEstablished && (host?.stack?.writableBytes(r.id) ?? 0) > 0 { e |= EPOLLIN.rawValue }
+        if r.pendingToHost > 0 { e |= EPOLLOUT.rawValue }
+        return e
+    }
+
+    /// The host side failed: reset both.
+    private func fail(_ r: Relay, now: Instant) {
+        r.counters.value.failures += 1
+        host?.stack?.abort(r.id, now: now)
+        remove(r, reset: true)
+    }
+
+    private func remove(_ r: Relay, reset: Bool) {
+        guard relays.removeValue(forKey: r.id) != nil else { return }
+        dirty.remove(r.id)
+        loop.unregister(r.fd)
+        if reset { HostSocket.closeWithReset(r.fd) } else { Glibc.close(r.fd) }
+        r.counters.value.active -= 1
+        r.onFinished?(r)
+    }
+}

@@ -1,0 +1,377 @@
+import Dispatch
+import Foundation
+import Glibc
+import NetStack
+import PPP
+import Testing
+@testable import Channel
+
+/// A channel (host role) and a simulated terminal (our stack in terminal role) on the two
+/// ends of a pty pair, both on the process's event loop.
+final class PtyRig: @unchecked Sendable {
+    let directory: String
+    let linePath: String
+    var terminal: SimulatedTerminal
+    let channel: Channel
+    let echoPorts: [UInt16]
+
+    init(echoPorts: [UInt16] = [], configure: (inout ChannelConfiguration) -> Void = { _ in }) throws {
+        directory = NSTemporaryDirectory() + "pppbridge-channel-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        linePath = directory + "/line"
+        self.echoPorts = echoPorts
+        terminal = try SimulatedTerminal(line: .pty(linkedAt: linePath), echoPorts: echoPorts)
+        try terminal.start()
+        var c = ChannelConfiguration(line: .device(linePath))
+        c.link.negotiation.restartInterval = .seconds(1)
+        c.relayDNS = false
+        configure(&c)
+        channel = Channel(configuration: c)
+    }
+
+    /// A new terminal on a new pty at the same path (the old one hung up or stopped).
+    func replaceTerminal() throws {
+        terminal = try SimulatedTerminal(line: .pty(linkedAt: linePath), echoPorts: echoPorts)
+        try terminal.start()
+    }
+
+    /// Opens the channel and waits until the terminal's side is up too.
+    func open() async throws -> ChannelAddresses {
+        let a = try await channel.open()
+        _ = await terminal.waitUntilUp()
+        return a
+    }
+
+    func cleanUp() async {
+        await channel.close()
+        await terminal.stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+@Suite(.serialized, .timeLimit(.minutes(5)))
+struct ChannelTests {
+    @Test func bridgesCarryOneMebibyteEachWayWithHalfClose() async throws {
+        let terminalPort = Host.freePort()
+        let hostPort = Host.freePort()
+        let rig = try PtyRig(echoPorts: [terminalPort])
+        let server = try LoopbackServer(port: hostPort, mode: .echo)
+        defer { server.stop() }
+        let addresses = try await rig.open()
+        #expect(addresses.terminalIP == IPv4Address(192, 168, 53, 2))
+        #expect(rig.channel.ip == "192.168.53.1")
+        try rig.channel.addBridge(.hostToTerminal, port: terminalPort)
+        try rig.channel.addBridge(.terminalToHost, port: hostPort)
+        let watchdog = Task {
+            try await Task.sleep(for: .seconds(30))
+            for l in rig.channel.report() { print("channel:", l) }
+            for l in rig.terminal.report() { print("terminal:", l) }
+        }
+        defer { watchdog.cancel() }
+
+        // host → terminal: a host client through the bridge to the terminal's echo; the client
+        // half-closes after sending and still gets every byte back.
+        let up = Host.random(1 << 20, seed: 1)
+        let echoed = try #require(await Host.exchange(TCPEndpoint(IPv4Address(127, 0, 0, 1), terminalPort), up))
+        #expect(echoed.clean)
+        #expect(Host.sha(echoed.bytes) == Host.sha(up))
+
+        // terminal → host: the terminal connects to our PPP address, the bridge to the host's echo.
+        let down = Host.random(1 << 20, seed: 2)
+        let r = await rig.terminal.transfer(to: TCPEndpoint(addresses.ip, hostPort), payload: down)
+        #expect(r.outcome == "closed")
+        #expect(r.sent == down.count)
+        #expect(Host.sha(r.received) == Host.sha(down))
+
+        let status = rig.channel.bridgeStatus
+        #expect(status.map(\.traffic.bytesToTerminal) == [1 << 20, 1 << 20])
+        #expect(status.map(\.traffic.bytesToHost) == [1 << 20, 1 << 20])
+        #expect(status.map(\.traffic.connections) == [1, 1])
+        await rig.cleanUp()
+    }
+
+    @Test func bridgeReturnCodesFollowTheHeader() async throws {
+        let rig = try PtyRig()
+        // Before the channel is open: -3.
+        #expect(throws: BridgeError.couldNotStart) { try rig.channel.addBridge(.hostToTerminal, port: 40000) }
+        _ = try await rig.open()
+        var ports: [UInt16] = []
+        while ports.count < 13 { let p = Host.freePort(); if !ports.contains(p) { ports.append(p) } }
+        let kinds: [BridgeKind] = [.hostToTerminal, .hostToTerminalLocal, .terminalToHost]
+        for i in 0..<12 { try rig.channel.addBridge(kinds[i % 3], port: ports[i]) }
+        #expect(rig.channel.bridgeStatus.count == 12)
+        #expect(throws: BridgeError.noMoreBridges) { try rig.channel.addBridge(.hostToTerminal, port: ports[12]) }
+        #expect(rig.channel.removeBridge(kinds[0], port: ports[0]))
+        // Same port, same side: -2 (host and local both listen on the host).
+        #expect(throws: BridgeError.alreadyExists) { try rig.channel.addBridge(.hostToTerminal, port: ports[1]) }
+        #expect(throws: BridgeError.alreadyExists) { try rig.channel.addBridge(.terminalToHost, port: ports[2]) }
+        // A host port someone else holds: -4.
+        let squatter = try LoopbackServer(port: ports[12], mode: .hold, address: IPv4Address(0))
+        defer { squatter.stop() }
+        #expect(throws: BridgeError.initialisationFailed) { try rig.channel.addBridge(.hostToTerminal, port: ports[12]) }
+        #expect(BridgeError.initialisationFailed.rawValue == -4 && BridgeError.noMoreBridges.rawValue == -1)
+        // Bridges die with the channel and are not re-created on reopen.
+        await rig.channel.close()
+        try rig.replaceTerminal()
+        _ = try await rig.open()
+        #expect(rig.channel.bridgeStatus.isEmpty)
+        await rig.cleanUp()
+    }
+
+    @Test func rearmedBridgesComeBackOnReopen() async throws {
+        let port = Host.freePort()
+        let rig = try PtyRig(echoPorts: [port]) { $0.rearmBridgesOnReopen = true }
+        _ = try await rig.open()
+        try rig.channel.addBridge(.hostToTerminalLocal, port: port)
+        await rig.channel.close()
+        await rig.terminal.stop()
+        try rig.replaceTerminal()
+        _ = try await rig.open()
+        #expect(rig.channel.bridgeStatus.map(\.port) == [port])
+        let r = try #require(await Host.exchange(TCPEndpoint(IPv4Address(127, 0, 0, 1), port), Array("again".utf8)))
+        #expect(r.bytes == Array("again".utf8))
+        await rig.cleanUp()
+    }
+
+    @Test func proxyAllowsFiveOutboundConnectionsAndRefusesTheSixth() async throws {
+        let port = Host.freePort()
+        let server = try LoopbackServer(port: port, mode: .hold)
+        defer { server.stop() }
+        let rig = try PtyRig { $0.keepAlive = KeepAliveSettings(idleSeconds: 30, probeIntervalSeconds: 7, probeCount: 4) }
+        let a = try await rig.open()
+        let socks = TCPEndpoint(a.ip, 1080)
+        let target = TCPEndpoint(IPv4Address(127, 0, 0, 1), port)
+        // Five held open by the server: each gets its SOCKS success and stays connected.
+        let group = DispatchGroup()
+        let results = Locked<[TransferResult]>([])
+        for i in 0..<5 {
+            group.enter()
+            Task {
+                let r = await rig.terminal.transfer(to: target, via: socks, payload: Array("hello \(i)".utf8))
+                results.mutate { $0.append(r) }
+                group.leave()
+            }
+        }
+        // Wait until all five are relayed.
+        for _ in 0..<200 where rig.channel.proxyConnections.count < 5 { try await Task.sleep(for: .milliseconds(25)) }
+        let open = rig.channel.proxyConnections
+        #expect(open.count == 5)
+        if open.count != 5 {
+            for l in rig.channel.report() { print("channel:", l) }
+            for l in rig.terminal.report() { print("terminal:", l) }
+            print("results:", results.value.map(\.outcome))
+            Issue.record("not five")
+            return
+        }
+        #expect(open.allSatisfy { $0.keepAlive == KeepAliveSettings(idleSeconds: 30, probeIntervalSeconds: 7, probeCount: 4) })
+        let sixth = await rig.terminal.transfer(to: target, via: socks, payload: Array("one too many".utf8))
+        #expect(sixth.outcome == "socks reply 1")
+        #expect(rig.channel.status.proxyRefusals == 1)
+        // The server lets go: the five finish cleanly.
+        server.stop()
+        await withCheckedContinuation { c in group.notify(queue: .global()) { c.resume() } }
+        #expect(results.value.count == 5)
+        #expect(results.value.allSatisfy { $0.outcome == "closed" })
+        #expect(rig.channel.status.proxy?.bytesToHost == (0..<5).reduce(0) { $0 + "hello \($1)".utf8.count })
+        await rig.cleanUp()
+    }
+
+    @Test func proxyHonoursTheAllowListAndNames() async throws {
+        let allowed = Host.freePort()
+        let other = Host.freePort()
+        let s1 = try LoopbackServer(port: allowed, mode: .echo)
+        let s2 = try LoopbackServer(port: other, mode: .echo)
+        defer { s1.stop(); s2.stop() }
+        let rig = try PtyRig { $0.socks?.allow = [SocksDestination(host: "localhost", port: allowed)] }
+        let a = try await rig.open()
+        let socks = TCPEndpoint(a.ip, 1080)
+        let ok = await rig.terminal.transfer(to: TCPEndpoint(IPv4Address(127, 0, 0, 1), allowed), via: socks, name: "localhost", payload: Array("by name".utf8))
+        #expect(ok.outcome == "closed")
+        #expect(ok.received == Array("by name".utf8))
+        let refused = await rig.terminal.transfer(to: TCPEndpoint(IPv4Address(127, 0, 0, 1), other), via: socks, payload: Array("no".utf8))
+        #expect(refused.outcome == "socks reply 2")
+        await rig.cleanUp()
+    }
+
+    @Test func dnsQueriesAreRelayedToTheUpstream() async throws {
+        // A tiny resolver on loopback that answers every query with 10.9.8.7.
+        let port = Host.freePort()
+        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        var a = HostSocket.address(TCPEndpoint(IPv4Address(127, 0, 0, 1), port))
+        _ = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        Host.setTimeout(fd, seconds: 20)
+        let resolver = Thread {
+            var buffer = [UInt8](repeating: 0, count: 512)
+            var from = sockaddr_in()
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let n = withUnsafeMutablePointer(to: &from) { p in
+                p.withMemoryRebound(to: sockaddr.self, capacity: 1) { recvfrom(fd, &buffer, buffer.count, 0, $0, &length) }
+            }
+            guard n >= 12 else { return }
+            var answer = Array(buffer[0..<n])
+            answer[2] = 0x81; answer[3] = 0x80; answer[7] = 1
+            answer += [0xC0, 0x0C, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 10, 9, 8, 7]
+            _ = withUnsafePointer(to: &from) { p in
+                p.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, answer, answer.count, 0, $0, length) }
+            }
+        }
+        resolver.start()
+        defer { close(fd) }
+        let rig = try PtyRig {
+            $0.relayDNS = true
+            $0.dnsUpstream = TCPEndpoint(IPv4Address(127, 0, 0, 1), port)
+        }
+        let addresses = try await rig.open()
+        let dns = try #require(addresses.dns)
+        #expect(dns == addresses.ip)
+        // example.test A?
+        let query: [UInt8] = [0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 7] + Array("example".utf8) + [4] + Array("test".utf8) + [0, 0, 1, 0, 1]
+        let reply = try #require(await rig.terminal.exchangeDatagram(to: TCPEndpoint(dns, 53), payload: query))
+        #expect(reply.prefix(2) == [0x12, 0x34])
+        #expect(reply.suffix(4) == [10, 9, 8, 7])
+        await rig.cleanUp()
+    }
+
+    @Test func hangUpClosesEveryBridgedConnectionAndLeaksNothing() async throws {
+        let port = Host.freePort()
+        let hostPort = Host.freePort()
+        let server = try LoopbackServer(port: hostPort, mode: .hold)
+        defer { server.stop() }
+        let rig = try PtyRig(echoPorts: [port]) {
+            $0.link.echo.interval = .seconds(1)
+            $0.link.echo.failureLimit = 3
+        }
+        _ = try await rig.open()
+        let before = Host.openDescriptors()
+        try rig.channel.addBridge(.hostToTerminal, port: port)
+        try rig.channel.addBridge(.terminalToHost, port: hostPort)
+        let events = rig.channel.events()
+        // Bridged connections in the middle of transfers: a host client that keeps sending,
+        // and a terminal connection the host server holds.
+        guard case let .success(client) = Host.connect(TCPEndpoint(IPv4Address(127, 0, 0, 1), port)) else { Issue.record("connect"); return }
+        _ = Host.sendAll(client, Host.random(200_000, seed: 3))
+        let held = Task { await rig.terminal.transfer(to: TCPEndpoint(rig.channel.currentAddresses!.ip, hostPort), payload: Host.random(100_000, seed: 4)) }
+        for _ in 0..<200 where server.acceptedCount < 1 { try await Task.sleep(for: .milliseconds(25)) }
+        #expect(server.acceptedCount == 1)
+        let hungUp = monotonicNow()
+        rig.terminal.hangUp()
+        var reason: ChannelCloseReason?
+        for await e in events { if case let .closed(r) = e { reason = r; break } }
+        let took = monotonicNow() - hungUp
+        #expect(reason == .lineHangUp)
+        #expect(took < .seconds(3))
+        // The host client sees its connection end (reset or end of stream), not a hang.
+        let r = Host.readAll(client)
+        #expect(!r.clean || r.bytes.count < 200_000)
+        close(client)
+        _ = await held.value
+        #expect(rig.channel.bridgeStatus.isEmpty)
+        #expect(Host.openDescriptors() <= before)
+
+        // Reopen works with a terminal on a fresh line.
+        try rig.replaceTerminal()
+        _ = try await rig.open()
+        try rig.channel.addBridge(.hostToTerminal, port: port)
+        let e = try #require(await Host.exchange(TCPEndpoint(IPv4Address(127, 0, 0, 1), port), Array("after".utf8)))
+        #expect(e.bytes == Array("after".utf8))
+        await rig.cleanUp()
+    }
+
+    @Test func aFrozenTerminalIsNoticedByEchoes() async throws {
+        let rig = try PtyRig {
+            $0.link.echo.interval = .seconds(1)
+            $0.link.echo.failureLimit = 2
+        }
+        _ = try await rig.open()
+        let events = rig.channel.events()
+        let frozen = monotonicNow()
+        rig.terminal.freeze()
+        var reason: ChannelCloseReason?
+        for await e in events { if case let .closed(r) = e { reason = r; break } }
+        #expect(reason == .echoTimeout)
+        // Two unanswered echoes a second apart (plus the one in flight).
+        #expect(monotonicNow() - frozen < .seconds(4))
+        await rig.cleanUp()
+    }
+
+    @Test func twoHundredOpenCloseCyclesLeakNothing() async throws {
+        let port = Host.freePort()
+        let rig = try PtyRig(echoPorts: [port])
+        _ = try await rig.open()
+        await rig.channel.close()
+        await rig.terminal.stop()
+        let before = Host.openDescriptors()
+        for i in 0..<200 {
+            try rig.replaceTerminal()
+            _ = try await rig.open()
+            try rig.channel.addBridge(.hostToTerminal, port: port)
+            if i % 50 == 0 {
+                let e = try #require(await Host.exchange(TCPEndpoint(IPv4Address(127, 0, 0, 1), port), [UInt8(i)]))
+                #expect(e.bytes == [UInt8(i)])
+            }
+            #expect(await rig.channel.close() == .closedByUs)
+            await rig.terminal.stop()
+        }
+        #expect(Host.openDescriptors() == before)
+        #expect(rig.channel.status.opens == 201)
+        try? FileManager.default.removeItem(atPath: rig.directory)
+    }
+
+    @Test func theICPPPFacadeAcceptsABridgeAddedInDidOpenAtOnce() async throws {
+        let port = Host.freePort()
+        let rig = try PtyRig(echoPorts: [port])
+        final class Delegate: ICPPPDelegate, @unchecked Sendable {
+            let ppp: ICPPP
+            let port: Int
+            var codes: [Int32] = []
+            var result = Locked<(bytes: [UInt8], clean: Bool)?>(nil)
+            let done = DispatchSemaphore(value: 0)
+            var closed = 0
+            init(_ ppp: ICPPP, port: Int) { self.ppp = ppp; self.port = port }
+            func pppChannelDidOpen() {
+                codes.append(ppp.addiOSToTerminalBridgeLocalOnPort(port))
+                codes.append(ppp.addiOSToTerminalBridgeLocalOnPort(port))
+                codes.append(ppp.setKeepAliveDelay(10, interval: 5, count: 3) == .success ? 0 : 1)
+                codes.append(ppp.setKeepAliveDelay(0, interval: 5, count: 3) == .success ? 0 : 1)
+                // No sleep: a client connects the moment the bridge is added.
+                let port = UInt16(self.port)
+                let result = self.result
+                let done = self.done
+                Thread.detachNewThread {
+                    guard case let .success(fd) = Host.connect(TCPEndpoint(IPv4Address(127, 0, 0, 1), port)) else { done.signal(); return }
+                    _ = Host.sendAll(fd, Array("ready".utf8))
+                    shutdown(fd, Int32(SHUT_WR))
+                    result.mutate { $0 = Host.readAll(fd) }
+                    close(fd)
+                    done.signal()
+                }
+            }
+            func pppChannelDidClose() { closed += 1 }
+        }
+        var c = ChannelConfiguration(line: .device(rig.linePath))
+        c.relayDNS = false
+        let ppp = ICPPP(configuration: c)
+        let d = Delegate(ppp, port: Int(port))
+        ppp.delegate = d
+        #expect(ppp.openChannel() == .success)
+        await withCheckedContinuation { (k: CheckedContinuation<Void, Never>) in DispatchQueue.global().async { _ = d.done.wait(timeout: .now() + 30); k.resume() } }
+        #expect(d.codes == [0, -2, 0, 1])
+        #expect(d.result.value?.bytes == Array("ready".utf8))
+        #expect(ppp.IP == "192.168.53.1" && ppp.terminalIP == "192.168.53.2" && ppp.submask == "255.255.255.255")
+        ppp.closeChannel()
+        _ = await ppp.channel.close()
+        #expect(d.closed == 1)
+        #expect(ppp.IP == "")
+        await rig.terminal.stop()
+        await rig.channel.close()
+        try? FileManager.default.removeItem(atPath: rig.directory)
+    }
+}
+
+final class Locked<T>: @unchecked Sendable {
+    private var v: T
+    private let lock = NSLock()
+    init(_ v: T) { self.v = v }
+    var value: T { lock.lock(); defer { lock.unlock() }; return v }
+    func mutate(_ f: (inout T) -> Void) { lock.lock(); f(&v); lock.unlock() }
+}

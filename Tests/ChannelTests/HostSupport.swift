@@ -1,0 +1,168 @@
+import Crypto
+import Dispatch
+import Foundation
+import Glibc
+import NetStack
+@testable import Channel
+
+/// Host-side helpers for channel tests: plain blocking sockets on loopback, with timeouts.
+enum Host {
+    /// A port nobody listens on right now (bound and released).
+    static func freePort() -> UInt16 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var a = HostSocket.address(TCPEndpoint(IPv4Address(127, 0, 0, 1), 0))
+        _ = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        return HostSocket.localEndpoint(fd)!.port
+    }
+
+    static func setTimeout(_ fd: Int32, seconds: Int) {
+        var tv = timeval(tv_sec: seconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    /// A blocking connect; the descriptor, or the errno.
+    static func connect(_ endpoint: TCPEndpoint, timeout: Int = 20) -> Result<Int32, SystemError> {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        setTimeout(fd, seconds: timeout)
+        var a = HostSocket.address(endpoint)
+        let r = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        if r != 0 {
+            let e = SystemError("connect \(endpoint)")
+            close(fd)
+            return .failure(e)
+        }
+        return .success(fd)
+    }
+
+    static func sendAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if n <= 0 { return false }
+            offset += n
+        }
+        return true
+    }
+
+    /// Reads until end of stream (or a timeout/reset: then `clean` is false).
+    static func readAll(_ fd: Int32) -> (bytes: [UInt8], clean: Bool) {
+        var out: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n == 0 { return (out, true) }
+            if n < 0 { return (out, false) }
+            out += buffer[0..<n]
+        }
+    }
+
+    /// Connects, sends `payload` (from another thread), half-closes, and reads until the other side closes.
+    static func exchange(_ endpoint: TCPEndpoint, _ payload: [UInt8]) async -> (bytes: [UInt8], clean: Bool)? {
+        await withCheckedContinuation { c in
+            Thread.detachNewThread {
+                guard case let .success(fd) = connect(endpoint) else { return c.resume(returning: nil) }
+                let writer = DispatchGroup()
+                writer.enter()
+                Thread.detachNewThread {
+                    _ = sendAll(fd, payload)
+                    shutdown(fd, Int32(SHUT_WR))
+                    writer.leave()
+                }
+                let r = readAll(fd)
+                writer.wait()
+                close(fd)
+                c.resume(returning: r)
+            }
+        }
+    }
+
+    static func openDescriptors() -> Int {
+        (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
+    }
+
+    static func sha(_ b: [UInt8]) -> String { Digest.hex(Digest.hash(.sha256, b)!) }
+
+    static func random(_ n: Int, seed: UInt64) -> [UInt8] {
+        var s = SplitMix64(seed: seed)
+        var out = [UInt8]()
+        out.reserveCapacity(n)
+        while out.count < n {
+            let v = s.next()
+            withUnsafeBytes(of: v) { out += $0 }
+        }
+        return Array(out.prefix(n))
+    }
+}
+
+/// A loopback TCP server on its own threads: echo (reads to the end, echoes, closes) or hold
+/// (keeps every connection open until stopped).
+final class LoopbackServer: @unchecked Sendable {
+    enum Mode { case echo, hold }
+    let port: UInt16
+    let listener: Int32
+    private let mode: Mode
+    private let lock = NSLock()
+    private var held: [Int32] = []
+    private var stopped = false
+    private(set) var accepted = 0
+
+    init(port: UInt16, mode: Mode, address: IPv4Address = IPv4Address(127, 0, 0, 1)) throws {
+        self.port = port
+        self.mode = mode
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, 4)
+        var a = HostSocket.address(TCPEndpoint(address, port))
+        let r = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard r == 0, listen(fd, 64) == 0 else {
+            close(fd)
+            throw SystemError("bind")
+        }
+        listener = fd
+        Thread.detachNewThread { [self] in acceptLoop() }
+    }
+
+    private func acceptLoop() {
+        while true {
+            let c = accept(listener, nil, nil)
+            if c < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            lock.lock()
+            accepted += 1
+            let done = stopped
+            if mode == .hold { held.append(c) }
+            lock.unlock()
+            if done { close(c); return }
+            if mode == .echo {
+                Thread.detachNewThread {
+                    Host.setTimeout(c, seconds: 60)
+                    let r = Host.readAll(c)
+                    _ = Host.sendAll(c, r.bytes)
+                    close(c)
+                }
+            }
+        }
+    }
+
+    var acceptedCount: Int { lock.lock(); defer { lock.unlock() }; return accepted }
+
+    func stop() {
+        lock.lock()
+        stopped = true
+        let h = held
+        held = []
+        lock.unlock()
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+        // Read what the clients sent first: closing with unread data would reset them.
+        var sink = [UInt8](repeating: 0, count: 65536)
+        for c in h {
+            while recv(c, &sink, sink.count, Int32(MSG_DONTWAIT)) > 0 {}
+            close(c)
+        }
+    }
+}
