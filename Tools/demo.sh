@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The no-hardware demo: builds pppbridge and decodes a recorded PPP session (pppd against
-# slirp: LCP, IPCP with VJ, ping, two TCP transfers), then writes it to a pcap.
+# The no-hardware demo: builds pppbridge and runs `pppbridge demo`: the channel against a
+# simulated terminal on a pty pair (PPP link, a bridge each way, a connection through the SOCKS
+# proxy), with every frame written to a pcap.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 Tools/install-deps.sh build
 swift build -c release --product pppbridge >&2
 out=${TMPDIR:-/tmp}/pppbridge-demo.pcap
-.build/release/pppbridge decode Tools/samples/pppd-session.pppd --pcap "$out"
-echo "(the frames above are also in $out, for tshark or tcpdump)"
+.build/release/pppbridge demo --pcap "$out"

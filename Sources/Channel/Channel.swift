@@ -36,6 +36,10 @@ public struct ChannelConfiguration: Sendable {
     public var rearmBridgesOnReopen = false
     /// Testing only: drop this share of frames both ways.
     public var frameLoss = 0.0
+    /// Ping this address through the link once it is up, `count` times a second apart; with
+    /// `closeAfterPing` the channel closes after the last reply (or 10 s without it).
+    public var ping: (target: IPv4Address, count: Int)?
+    public var closeAfterPing = false
 
     public init(line: ChannelLine, link: LinkConfiguration = .host(local: IPv4Address(192, 168, 53, 1), terminal: IPv4Address(192, 168, 53, 2))) {
         self.line = line
@@ -194,7 +198,16 @@ public final class Channel: @unchecked Sendable {
         return stream
     }
 
+    private var observers: [(ChannelEvent) -> Void] = []
+
+    /// Calls `handler` on the loop's thread with every event from now on (for programs that
+    /// run the loop themselves, like the command-line tool).
+    public func observe(_ handler: @escaping (ChannelEvent) -> Void) {
+        loop.sync { observers.append(handler) }
+    }
+
     private func emit(_ event: ChannelEvent) {
+        for o in observers { o(event) }
         for c in subscribers.values { c.yield(event) }
     }
 
@@ -302,6 +315,7 @@ public final class Channel: @unchecked Sendable {
         let attachment = StackAttachment(services: configuration.services, tcp: configuration.tcp, seed: seed &+ 1) { [weak self] text in
             self?.log(text)
         }
+        if let ping = configuration.ping { attachment.ping(ping.target, count: ping.count) }
         let bridges = Bridges(loop: loop)
         bridges.log = { [weak self] in self?.log($0) }
         attachment.add(bridges)
@@ -324,6 +338,7 @@ public final class Channel: @unchecked Sendable {
             self?.linkEvent(event)
         }
         session.report = { [weak self] in self?.log($0) }
+        session.closeWhenAttachmentFinished = configuration.ping != nil && configuration.closeAfterPing
         session.onDown = { [weak self] reason in self?.linkDown(reason) }
         self.attachment = attachment
         self.bridges = bridges

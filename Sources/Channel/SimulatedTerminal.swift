@@ -306,5 +306,10 @@ final class TerminalTransfers: StackApplication {
             }
             host.stack!.close(id, now: now)
         }
+        // Both directions finished: done, without waiting out TIME-WAIT.
+        if job.shutDown, host.stack!.atEndOfStream(id), let state = host.stack!.state(id), state == .timeWait {
+            jobs[id] = nil
+            job.completion(TransferResult(sent: max(0, job.offset - job.prefixLength), received: job.received, outcome: "closed"))
+        }
     }
 }

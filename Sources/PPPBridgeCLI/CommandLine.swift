@@ -22,6 +22,8 @@ public struct CommandLineTool {
     usage: pppbridge <command> [options]
 
     commands:
+      demo          the channel against a simulated terminal on a pty pair: a bridge each
+                    way and a proxied connection, no hardware needed
       run           bring a PPP link up on a serial device or pty (--device PATH | --pty)
       decode FILE   print every PPP frame of a capture (pcap link types 1, 9, 50, 204, or a
                     pppd `record` file) in pppd's debug-log style, optionally writing a pcap
@@ -39,6 +41,8 @@ public struct CommandLineTool {
         case "-h", "--help", "help":
             if rest.first == "decode" {
                 standardOutput(DecodeCommand.usage)
+            } else if rest.first == "demo" {
+                standardOutput(DemoCommand.usage)
             } else if rest.first == "run" {
                 standardOutput(RunCommand.usage)
             } else {
@@ -47,6 +51,8 @@ public struct CommandLineTool {
             return Status.success
         case "decode":
             return DecodeCommand(output: standardOutput, error: standardError).run(rest)
+        case "demo":
+            return DemoCommand(output: standardOutput, error: standardError).run(rest)
         case "run":
             return RunCommand(output: standardOutput, error: standardError).run(rest)
         default:

@@ -46,6 +46,28 @@ struct RunCommand {
       --peer NAME:SECRET     credentials the peer may authenticate with (repeatable)
       --user NAME --password SECRET   what we authenticate with when the peer asks
       --name NAME            our name in CHAP challenges (default pppbridge)
+    bridges and proxy (the ICPPP channel; our own TCP/IP stack):
+      --bridge KIND:PORT     host:PORT   listen on every host interface, connect each client
+                                         to the terminal's PORT
+                             local:PORT  the same, listening on loopback only
+                             terminal:PORT  listen on our PPP address, connect each terminal
+                                         client to 127.0.0.1:PORT on the host
+                             (repeatable, at most 12; added when the link is up)
+      --socks [PORT]         the SOCKS4/4a/5 proxy on our PPP address (default port 1080; on
+                             unless --no-socks), at most 5 outbound connections at once
+      --no-socks             no proxy
+      --socks-allow HOST:PORT  only these destinations (repeatable)
+      --socks-user NAME:PASSWORD  SOCKS5 must authenticate (RFC 1929; repeatable)
+      --keepalive IDLE,INTERVAL,COUNT  TCP keep-alive for the proxy's outbound sockets:
+                             idle seconds before the first probe, seconds between probes,
+                             unanswered probes before the connection is dropped
+      --dns-upstream ADDR[:PORT]  relay the terminal's DNS queries (sent to our PPP address,
+                             handed out as its DNS server) to this resolver (default: the
+                             first nameserver in /etc/resolv.conf)
+      --no-dns-relay         do not relay DNS
+      --rearm                add the bridges again when the link comes back (with --persist)
+      --persist              reopen the link when it goes down (until SIGINT/SIGTERM)
+      --status-json FILE     write the channel's status as JSON every second and on SIGUSR2
     IP on the link (our own TCP/IP stack unless --tun):
       --services LIST        answer echo (7), discard (9), chargen (19), daytime (13) on our
                              PPP address (comma-separated; off by default)
@@ -57,13 +79,15 @@ struct RunCommand {
       --tcp-no-sack --tcp-no-window-scaling --tcp-no-timestamps
                              do not offer these TCP options
       --frame-loss PERCENT   drop this share of frames both ways, seeded (testing only)
-      SIGUSR1 prints the stack's counters (or the TUN's packet counts).
+      SIGUSR1 prints the stack's counters (or the TUN's packet counts). On a terminal, a
+      status line shows the link, its addresses, bridges, connections, bytes and errors.
     output:
       --debug                print every control packet as pppd does (sent [...] / rcvd [...])
       --pcap FILE            write every frame to a pcap (link type 204, with direction)
       --record FILE          write the raw line both ways in pppd's record format
 
-    Exit status: 0 closed on request; 2 bad usage; 7 the line could not be opened;
+    Exit status: 0 closed on request; 2 bad usage; 7 the line (or a capture file, or a
+    --bridge) could not be opened;
     10 negotiation failed; 11 authentication failed; 15 no answer to LCP echoes; 16 line
     hang-up; 17 looped-back line; 22 the peer terminated the link.
     """
@@ -97,8 +121,18 @@ struct RunCommand {
         var tcp = TCPConfiguration()
         var frameLoss = 0.0
         var vj = true
+        var bridges: [BridgeSpec] = []
+        var socks: SocksConfiguration? = SocksConfiguration()
+        var socksAllow: [SocksDestination] = []
+        var socksUsers: [String: String] = [:]
+        var keepAlive: KeepAliveSettings?
+        var dnsUpstream: TCPEndpoint?
+        var relayDNS = true
+        var rearm = false
+        var persist = false
+        var statusPath: String?
 
-        var it = arguments.makeIterator()
+        var it = ArgumentCursor(arguments)
         func value(_ flag: String) -> String? {
             let v = it.next()
             if v == nil { error("pppbridge run: \(flag) needs a value (see `pppbridge run --help`)") }
@@ -203,6 +237,47 @@ struct RunCommand {
                 guard let v = value(a) else { return usage }
                 guard let p = Double(v), p >= 0, p < 100 else { error("pppbridge run: --frame-loss takes a percentage below 100"); return usage }
                 frameLoss = p / 100
+            case "--bridge":
+                guard let v = value(a) else { return usage }
+                let parts = v.split(separator: ":")
+                guard parts.count == 2, let kind = BridgeKind(rawValue: String(parts[0])), let port = UInt16(parts[1]), port > 0 else {
+                    error("pppbridge run: --bridge takes host:PORT, local:PORT or terminal:PORT, not '\(v)'"); return usage
+                }
+                bridges.append(BridgeSpec(kind, port: port))
+            case "--socks":
+                if socks == nil { socks = SocksConfiguration() }
+                if let next = it.peek(), let port = UInt16(next), port > 0 {
+                    _ = it.next()
+                    socks!.port = port
+                }
+            case "--no-socks": socks = nil
+            case "--socks-allow":
+                guard let v = value(a) else { return usage }
+                guard let d = SocksDestination(v) else { error("pppbridge run: --socks-allow takes HOST:PORT"); return usage }
+                socksAllow.append(d)
+            case "--socks-user":
+                guard let v = value(a) else { return usage }
+                guard let colon = v.firstIndex(of: ":") else { error("pppbridge run: --socks-user takes NAME:PASSWORD"); return usage }
+                socksUsers[String(v[..<colon])] = String(v[v.index(after: colon)...])
+            case "--keepalive":
+                guard let v = value(a) else { return usage }
+                let n = v.split(separator: ",").compactMap { Int32($0) }
+                guard n.count == 3, KeepAliveSettings(idleSeconds: n[0], probeIntervalSeconds: n[1], probeCount: n[2]).isValid else {
+                    error("pppbridge run: --keepalive takes IDLE,INTERVAL,COUNT (seconds, seconds, probes; 1–32767, 1–32767, 1–127)"); return usage
+                }
+                keepAlive = KeepAliveSettings(idleSeconds: n[0], probeIntervalSeconds: n[1], probeCount: n[2])
+            case "--dns-upstream":
+                guard let v = value(a) else { return usage }
+                let parts = v.split(separator: ":")
+                guard (1...2).contains(parts.count), let address = IPv4Address(String(parts[0])),
+                      let port = parts.count == 2 ? UInt16(parts[1]) : 53 else {
+                    error("pppbridge run: --dns-upstream takes ADDR[:PORT]"); return usage
+                }
+                dnsUpstream = TCPEndpoint(address, port)
+            case "--no-dns-relay": relayDNS = false
+            case "--rearm": rearm = true
+            case "--persist": persist = true
+            case "--status-json": guard let v = value(a) else { return usage }; statusPath = v
             default:
                 error("pppbridge run: unknown option \(a) (see `pppbridge run --help`)")
                 return usage
@@ -213,9 +288,10 @@ struct RunCommand {
             return usage
         }
         if link != nil && !makePty { error("pppbridge run: --link goes with --pty"); return usage }
-        if tunName != nil && (!services.isEmpty || pingTarget != nil) {
-            error("pppbridge run: --tun hands IP to the kernel; --services and --ping need our stack"); return usage
+        if tunName != nil && (!services.isEmpty || pingTarget != nil || !bridges.isEmpty) {
+            error("pppbridge run: --tun hands IP to the kernel; --services, --ping and --bridge need our stack"); return usage
         }
+        if bridges.count > 12 { error("pppbridge run: at most 12 bridges"); return usage }
         if lcp.requireAuthentication != nil && auth.peers.isEmpty {
             error("pppbridge run: --require-pap/--require-chap need at least one --peer NAME:SECRET")
             return usage
@@ -251,6 +327,33 @@ struct RunCommand {
         configuration.extraEscapes = extraEscapes
         configuration.debug = debug
         configuration.captureFrames = pcapPath != nil
+
+        if tunName == nil {
+            var c = ChannelConfiguration(line: device.map { .device($0, lineOptions) } ?? .pty(linkedAt: link, lineOptions), link: configuration)
+            c.tcp = tcp
+            if var s = socks {
+                if !socksAllow.isEmpty { s.allow = socksAllow }
+                if !socksUsers.isEmpty { s.passwords = socksUsers }
+                c.socks = s
+            } else {
+                c.socks = nil
+            }
+            c.keepAlive = keepAlive
+            // The relay answers on our address; in the terminal role the peer is the host.
+            c.relayDNS = relayDNS && role == .host
+            c.dnsUpstream = dnsUpstream
+            c.services = services
+            c.pcapPath = pcapPath
+            c.recordPath = recordPath
+            c.rearmBridgesOnReopen = rearm
+            c.frameLoss = frameLoss
+            if let pingTarget {
+                c.ping = (pingTarget, pingCount)
+                c.closeAfterPing = services.isEmpty && bridges.isEmpty
+            }
+            return ChannelRun(configuration: c, bridges: bridges, persist: persist, statusPath: statusPath, debug: debug,
+                              output: output, error: error).run()
+        }
 
         let line: SerialLine
         do {
@@ -345,6 +448,19 @@ struct RunCommand {
         static let peerTerminated: Int32 = 22
 
         /// pppd's exit statuses where pppd has one for the same cause.
+        static func of(_ reason: ChannelCloseReason) -> Int32 {
+            switch reason {
+            case .closedByUs: return CommandLineTool.Status.success
+            case .negotiationFailed: return negotiationFailed
+            case .authenticationFailed: return authenticationFailed
+            case .echoTimeout: return echoTimeout
+            case .lineHangUp: return hangUp
+            case .loopback: return loopback
+            case .peerTerminated: return peerTerminated
+            case .lineFailed: return openFailed
+            }
+        }
+
         static func of(_ reason: LinkDownReason) -> Int32 {
             switch reason {
             case .closedByUs: return CommandLineTool.Status.success
@@ -357,4 +473,17 @@ struct RunCommand {
             }
         }
     }
+}
+
+/// Walks the arguments, with a look at the next one for options whose value is optional.
+struct ArgumentCursor {
+    private let arguments: [String]
+    private var index = 0
+    init(_ arguments: [String]) { self.arguments = arguments }
+    mutating func next() -> String? {
+        guard index < arguments.count else { return nil }
+        defer { index += 1 }
+        return arguments[index]
+    }
+    func peek() -> String? { index < arguments.count ? arguments[index] : nil }
 }

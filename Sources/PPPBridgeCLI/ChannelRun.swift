@@ -1,0 +1,180 @@
+import Channel
+import Foundation
+import Glibc
+import NetStack
+import PPP
+
+/// `pppbridge run` on our own stack: the channel on a loop on this thread, its bridges added as
+/// soon as the link is up, a status line on a terminal and a JSON status file on request.
+final class ChannelRun {
+    let configuration: ChannelConfiguration
+    let bridges: [BridgeSpec]
+    let persist: Bool
+    let statusPath: String?
+    let debug: Bool
+    let output: (String) -> Void
+    let error: (String) -> Void
+    private var finished: ChannelCloseReason?
+    private var stopping = false
+    private var bridgeFailed = false
+    private var statusLineShown = false
+    private let interactive = isatty(1) != 0
+
+    init(configuration: ChannelConfiguration, bridges: [BridgeSpec], persist: Bool, statusPath: String?, debug: Bool,
+         output: @escaping (String) -> Void, error: @escaping (String) -> Void) {
+        self.configuration = configuration
+        self.bridges = bridges
+        self.persist = persist
+        self.statusPath = statusPath
+        self.debug = debug
+        self.output = output
+        self.error = error
+    }
+
+    func run() -> Int32 {
+        let loop: EventLoop
+        do { loop = try EventLoop() } catch let e {
+            error("pppbridge: \(e)")
+            return RunCommand.Status.openFailed
+        }
+        let channel = Channel(configuration: configuration, loop: loop)
+        channel.observe { [unowned self] event in self.handle(event, channel) }
+        let signals: SignalWatcher
+        do {
+            signals = try SignalWatcher(signals: [SIGINT, SIGTERM, SIGUSR1, SIGUSR2], loop: loop) { [unowned self] signo in
+                switch signo {
+                case SIGUSR1: for line in channel.report() { self.say(line) }
+                case SIGUSR2: self.writeStatus(channel)
+                default:
+                    self.stopping = true
+                    channel.requestClose()
+                }
+            }
+        } catch let e {
+            error("pppbridge: \(e)")
+            return RunCommand.Status.openFailed
+        }
+        defer { signals.cancel() }
+        do { try channel.start() } catch let e {
+            error("pppbridge: \(e)")
+            return RunCommand.Status.openFailed
+        }
+        var tick: (() -> Void)!
+        tick = { [unowned self] in
+            self.writeStatus(channel)
+            self.showStatusLine(channel)
+            loop.schedule(at: loop.now + .seconds(1), tick)
+        }
+        loop.schedule(at: loop.now + .seconds(1), tick)
+        loop.run { self.finished != nil }
+        writeStatus(channel)
+        if statusLineShown { ChannelRun.writeTerminal("\n") }
+        guard let reason = finished else { return CommandLineTool.Status.success }
+        if bridgeFailed && reason == .closedByUs && !stopping { return RunCommand.Status.openFailed }
+        return RunCommand.Status.of(reason)
+    }
+
+    private func say(_ text: String) {
+        if statusLineShown {
+            // Clear the status line first; it is redrawn on the next tick.
+            ChannelRun.writeTerminal("\r\u{1B}[K")
+            statusLineShown = false
+        }
+        output(text)
+    }
+
+    private func handle(_ event: ChannelEvent, _ channel: Channel) {
+        switch event {
+        case let .line(path):
+            if let path { say("pppbridge: pty \(path)" + (configuration.lineLink.map { " (linked at \($0))" } ?? "")) }
+            else if case let .device(d, _) = configuration.line { say("pppbridge: attached to \(d)") }
+        case .opened:
+            for spec in bridges where !channel.bridgeStatus.contains(where: { $0.kind == spec.kind && $0.port == spec.port }) {
+                do {
+                    try channel.addBridge(spec.kind, port: spec.port)
+                } catch let e {
+                    error("pppbridge: bridge \(spec): \(e) (\(e.rawValue))")
+                    bridgeFailed = true
+                }
+            }
+            if bridgeFailed && !persist { channel.requestClose() }
+        case let .closed(reason):
+            if reason != .closedByUs || !stopping { say("pppbridge: channel closed: \(reason)") }
+            if persist && !stopping && !reasonIsFinal(reason) {
+                say("pppbridge: reopening")
+                channel.loop.schedule(at: channel.loop.now + .seconds(1)) { try? channel.start() }
+            } else {
+                finished = reason
+            }
+        case let .link(e):
+            for text in RunCommand.describe(e, debug: debug) { say(text) }
+        case let .log(text):
+            say(text)
+        }
+    }
+
+    private func reasonIsFinal(_ r: ChannelCloseReason) -> Bool {
+        switch r {
+        case .authenticationFailed, .loopback, .lineFailed: return true
+        default: return false
+        }
+    }
+
+    private func showStatusLine(_ channel: Channel) {
+        guard interactive else { return }
+        let s = channel.status
+        var parts = ["link \(s.state.rawValue)"]
+        if let a = s.addresses { parts.append("\(a.ip) ↔ \(a.terminalIP)") }
+        let connections = s.bridges.reduce(0) { $0 + $1.traffic.active } + (s.proxy?.active ?? 0)
+        let toTerminal = s.bridges.reduce(0) { $0 + $1.traffic.bytesToTerminal } + (s.proxy?.bytesToTerminal ?? 0)
+        let toHost = s.bridges.reduce(0) { $0 + $1.traffic.bytesToHost } + (s.proxy?.bytesToHost ?? 0)
+        let failures = s.bridges.reduce(0) { $0 + $1.traffic.failures } + (s.proxy?.failures ?? 0) + s.proxyRefusals
+        parts.append("bridges \(s.bridges.count)")
+        parts.append("connections \(connections)")
+        parts.append("→terminal \(toTerminal) B ←terminal \(toHost) B")
+        parts.append("line in \(s.lineBytesIn) out \(s.lineBytesOut)")
+        parts.append("errors \(failures + s.framesDropped)")
+        ChannelRun.writeTerminal("\r\u{1B}[K" + parts.joined(separator: " | "))
+        statusLineShown = true
+    }
+
+    static func writeTerminal(_ text: String) {
+        let bytes = Array(text.utf8)
+        _ = bytes.withUnsafeBytes { Glibc.write(1, $0.baseAddress, $0.count) }
+    }
+
+    private func writeStatus(_ channel: Channel) {
+        guard let statusPath else { return }
+        let text = ChannelRun.json(channel.status)
+        let temporary = statusPath + ".tmp"
+        guard let f = fopen(temporary, "w") else { return }
+        fputs(text, f)
+        fclose(f)
+        rename(temporary, statusPath)
+    }
+
+    /// The status as one JSON object (written by hand: the shape is ours and small).
+    static func json(_ s: ChannelStatus) -> String {
+        func quote(_ v: String) -> String { "\"" + v.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\"" }
+        func traffic(_ t: TrafficCounters) -> String {
+            "\"connections\": \(t.connections), \"active\": \(t.active), \"bytes_to_terminal\": \(t.bytesToTerminal), \"bytes_to_host\": \(t.bytesToHost), \"failures\": \(t.failures)"
+        }
+        var fields = ["\"state\": \(quote(s.state.rawValue))"]
+        if let a = s.addresses {
+            fields.append("\"ip\": \(quote(a.ip.description)), \"submask\": \(quote(a.submask.description)), \"dns\": \(a.dns.map { quote($0.description) } ?? "null"), \"terminal_ip\": \(quote(a.terminalIP.description))")
+        }
+        let bridges = s.bridges.map { "{\"kind\": \(quote($0.kind.rawValue)), \"port\": \($0.port), \(traffic($0.traffic))}" }
+        fields.append("\"bridges\": [\(bridges.joined(separator: ", "))]")
+        if let p = s.proxy { fields.append("\"proxy\": {\(traffic(p)), \"refused\": \(s.proxyRefusals)}") }
+        fields.append("\"line_bytes_in\": \(s.lineBytesIn), \"line_bytes_out\": \(s.lineBytesOut), \"frames_dropped\": \(s.framesDropped), \"opens\": \(s.opens)")
+        if let r = s.lastCloseReason { fields.append("\"last_close_reason\": \(quote(r.description))") }
+        return "{" + fields.joined(separator: ", ") + "}\n"
+    }
+}
+
+extension ChannelConfiguration {
+    var lineLink: String? {
+        if case let .pty(link, _) = line { return link }
+        return nil
+    }
+}
