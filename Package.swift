@@ -44,7 +44,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "PPPBridgeBench",
-            dependencies: ["Framing", "CFramingBaseline"],
+            dependencies: ["Framing", "CFramingBaseline", "Channel", "NetStack", "CSystem"],
             path: "Tools/Bench"
         ),
 

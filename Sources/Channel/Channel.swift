@@ -307,6 +307,7 @@ public final class Channel: @unchecked Sendable {
         emit(.line(line.peerPath))
         seed = seed &* 6364136223846793005 &+ 1442695040888963407
         var link = configuration.link
+        link.captureFrames = configuration.pcapPath != nil
         let relayUpstream: TCPEndpoint? = configuration.relayDNS
             ? (configuration.dnsUpstream ?? DNSRelay.systemResolver().map { TCPEndpoint($0, 53) }) : nil
         if relayUpstream != nil, link.ipcp.dnsServers.isEmpty, let local = link.ipcp.localAddress, !link.ipcp.acceptLocal {

@@ -26,8 +26,10 @@ public final class SimulatedTerminal: @unchecked Sendable {
     private var result: IPCPResult?
     private var down: LinkDownReason?
 
-    /// The terminal on `line` (a pty it created, or a device), serving echo on `echoPorts`.
-    public init(line: ChannelLine, echoPorts: [UInt16] = [], link: LinkConfiguration = .terminal(), loop: EventLoop = .shared) throws(SystemError) {
+    /// The terminal on `line` (a pty it created, or a device), serving echo on `echoPorts` and
+    /// the other diagnostic services on the ports given.
+    public init(line: ChannelLine, echoPorts: [UInt16] = [], services: [(DiagnosticService, UInt16)] = [], link: LinkConfiguration = .terminal(),
+                loop: EventLoop = .shared) throws(SystemError) {
         self.loop = loop
         switch line {
         case let .device(path, options): self.line = try SerialLine(device: path, options: options)
@@ -37,7 +39,8 @@ public final class SimulatedTerminal: @unchecked Sendable {
         var seed: UInt64 = 0
         withUnsafeMutableBytes(of: &seed) { _ = getentropy($0.baseAddress, $0.count) }
         attachment = StackAttachment(seed: seed &+ 1) { _ in }
-        if !echoPorts.isEmpty { attachment.add(DiagnosticServices(ports: echoPorts.map { (.echo, $0) })) }
+        let served = echoPorts.map { (DiagnosticService.echo, $0) } + services
+        if !served.isEmpty { attachment.add(DiagnosticServices(ports: served)) }
         transfers = TerminalTransfers(loop: loop)
         attachment.add(transfers)
         session = LinkSession(line: self.line, link: PPPLink(configuration: link, seed: seed), attachment: attachment, seed: seed &+ 2) { _ in }

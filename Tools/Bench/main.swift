@@ -1,12 +1,14 @@
 // pppbridge-bench: throughput programs that compare against a reference measured in the same run.
 //
 //   swift run -c release pppbridge-bench framing [--mib N] [--rounds N]
+//   swift run -c release pppbridge-bench bridge [--mib N] [--rounds N]   (see BridgeBench.swift)
 //
 // framing: RFC 1662 encode and decode of N MiB (default 64) of information fields, once random
 // and once all 0x7E (every byte escaped, the worst case), by our framer and by a plain C
 // implementation of the RFC's byte-at-a-time table loop (Tools/CFramingBaseline, -O2).
 // Both must produce identical bytes and frame counts; the best of several rounds counts.
 import CFramingBaseline
+import Dispatch
 import Foundation
 import Framing
 
@@ -181,10 +183,22 @@ let arguments = CommandLine.arguments.dropFirst()
 switch arguments.first {
 case "framing":
     framing(parse(arguments.dropFirst()))
+case "bridge":
+    let options = parseBridge(arguments.dropFirst())
+    let done = DispatchSemaphore(value: 0)
+    Task.detached {
+        await bridge(options)
+        done.signal()
+    }
+    done.wait()
 case nil, "--help", "-h":
     print("""
     usage: pppbridge-bench framing [--mib N] [--rounds N] [--frame BYTES]
+           pppbridge-bench bridge [--mib N] [--rounds N]
       framing   RFC 1662 encode/decode throughput, ours against a C byte-loop baseline (-O2)
+      bridge    the channel over a pty pair (our terminal-role stack on the far end): bulk
+                throughput both ways through bridges and a 200-byte round trip, against a
+                raw pty copy and echo
     """)
 default:
     fail("unknown benchmark '\(arguments.first!)' (try --help)")

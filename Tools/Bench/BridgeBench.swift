@@ -1,0 +1,245 @@
+// bridge: the channel end to end over a pty pair, against the pty itself.
+//
+//   swift run -c release pppbridge-bench bridge [--mib N] [--rounds N]
+//
+// On one end of a pty pair runs our stack in the terminal role (discard, echo), on the other
+// the channel (host role) with a host→terminal bridge to each and a terminal→host bridge to a
+// sink on loopback. Measured: bulk host→terminal (a host client writes N MiB into the bridge to
+// the terminal's discard), bulk terminal→host (the terminal writes N MiB through the bridge to
+// the host's sink) and the round trip of a 200-byte request through the bridge to the
+// terminal's echo. The reference, in the same run: the same N MiB copied raw through a pty
+// pair each way, and 200 bytes echoed raw through a pty pair.
+import CSystem
+import Channel
+import Dispatch
+import Foundation
+import Glibc
+import NetStack
+
+struct BridgeOptions {
+    var mebibytes = 16
+    var rounds = 200
+}
+
+/// A pty pair, both ends raw and blocking.
+func ptyPair() -> (master: Int32, slave: Int32) {
+    let m = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC)
+    guard m >= 0, grantpt(m) == 0, unlockpt(m) == 0 else { fail("posix_openpt") }
+    var name = [CChar](repeating: 0, count: 128)
+    guard ptsname_r(m, &name, name.count) == 0 else { fail("ptsname_r") }
+    let s = open(String(cString: name), O_RDWR | O_NOCTTY | O_CLOEXEC)
+    guard s >= 0 else { fail("open pty") }
+    for fd in [m, s] {
+        var t = termios()
+        tcgetattr(fd, &t)
+        cfmakeraw(&t)
+        tcsetattr(fd, TCSANOW, &t)
+    }
+    return (m, s)
+}
+
+func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
+    var offset = 0
+    while offset < bytes.count {
+        let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, min($0.count, 65536)) }
+        if n <= 0 { if errno == EINTR { continue }; fail("write: \(String(cString: strerror(errno)))") }
+        offset += n
+    }
+}
+
+func readExactly(_ fd: Int32, _ count: Int, into buffer: inout [UInt8]) {
+    var got = 0
+    while got < count {
+        let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress! + got, count - got) }
+        if n <= 0 { if n < 0 && errno == EINTR { continue }; fail("read: \(n < 0 ? String(cString: strerror(errno)) : "end of stream")") }
+        got += n
+    }
+}
+
+/// Bytes per second of a raw copy of `count` bytes from one end of a pty pair to the other.
+func rawCopy(_ count: Int, masterToSlave: Bool) -> Double {
+    let (m, s) = ptyPair()
+    defer { close(m); close(s) }
+    let (from, to) = masterToSlave ? (m, s) : (s, m)
+    let data = [UInt8](repeating: 0x55, count: count)
+    let clock = ContinuousClock()
+    let start = clock.now
+    let done = DispatchSemaphore(value: 0)
+    Thread.detachNewThread {
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        var got = 0
+        while got < count {
+            let n = buffer.withUnsafeMutableBytes { read(to, $0.baseAddress, $0.count) }
+            if n <= 0 { break }
+            got += n
+        }
+        done.signal()
+    }
+    writeAll(from, data)
+    done.wait()
+    return Double(count) / seconds(clock.now - start)
+}
+
+/// Seconds per 200-byte round trip echoed raw through a pty pair.
+func rawRoundTrip(_ rounds: Int) -> Double {
+    let (m, s) = ptyPair()
+    defer { close(m); close(s) }
+    Thread.detachNewThread {
+        var buffer = [UInt8](repeating: 0, count: 200)
+        for _ in 0..<rounds {
+            readExactly(s, 200, into: &buffer)
+            writeAll(s, buffer)
+        }
+    }
+    let request = [UInt8](repeating: 0x41, count: 200)
+    var reply = [UInt8](repeating: 0, count: 200)
+    let clock = ContinuousClock()
+    let start = clock.now
+    for _ in 0..<rounds {
+        writeAll(m, request)
+        readExactly(m, 200, into: &reply)
+    }
+    return seconds(clock.now - start) / Double(rounds)
+}
+
+func loopbackFreePort() -> UInt16 {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var a = sockaddr_in()
+    a.sin_family = sa_family_t(AF_INET)
+    a.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &a) { p in
+        p.withMemoryRebound(to: sockaddr.self, capacity: 1) { s -> Int32 in
+            _ = bind(fd, s, length)
+            return getsockname(fd, s, &length)
+        }
+    }
+    return UInt16(bigEndian: a.sin_port)
+}
+
+func loopbackConnect(_ port: UInt16) -> Int32 {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    var one: Int32 = 1
+    setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, 4)
+    var a = sockaddr_in()
+    a.sin_family = sa_family_t(AF_INET)
+    a.sin_port = port.bigEndian
+    a.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+    let r = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+    guard r == 0 else { fail("connect 127.0.0.1:\(port): \(String(cString: strerror(errno)))") }
+    return fd
+}
+
+/// A loopback sink: accepts one connection, reads it to the end, closes; returns the count.
+func startSink(_ port: UInt16) -> (listener: Int32, received: () -> Int) {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    var one: Int32 = 1
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, 4)
+    var a = sockaddr_in()
+    a.sin_family = sa_family_t(AF_INET)
+    a.sin_port = port.bigEndian
+    a.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+    _ = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+    listen(fd, 4)
+    let total = BenchLocked(0)
+    Thread.detachNewThread {
+        let c = accept(fd, nil, nil)
+        guard c >= 0 else { return }
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(c, $0.baseAddress, $0.count) }
+            if n <= 0 { break }
+            total.add(n)
+        }
+        close(c)
+    }
+    return (fd, { total.value })
+}
+
+final class BenchLocked: @unchecked Sendable {
+    private var v: Int
+    private let lock = NSLock()
+    init(_ v: Int) { self.v = v }
+    var value: Int { lock.lock(); defer { lock.unlock() }; return v }
+    func add(_ n: Int) { lock.lock(); v += n; lock.unlock() }
+}
+
+func bridge(_ o: BridgeOptions) async {
+    let count = o.mebibytes << 20
+    let rawUp = rawCopy(count, masterToSlave: true)
+    let rawDown = rawCopy(count, masterToSlave: false)
+    let rawRTT = rawRoundTrip(o.rounds)
+    print(String(format: "raw pty: copy %.1f MB/s one way, %.1f MB/s the other; 200-byte echo round trip %.1f µs", rawUp / 1e6, rawDown / 1e6, rawRTT * 1e6))
+
+    let discardPort = loopbackFreePort(), echoPort = loopbackFreePort(), sinkPort = loopbackFreePort()
+    let terminal: SimulatedTerminal
+    do {
+        terminal = try SimulatedTerminal(line: .pty(linkedAt: nil), services: [(.discard, discardPort), (.echo, echoPort)])
+        try terminal.start()
+    } catch { fail("terminal: \(error)") }
+    var c = ChannelConfiguration(line: .device(terminal.linePath!))
+    c.relayDNS = false
+    c.socks = nil
+    let channel = Channel(configuration: c)
+    let addresses: ChannelAddresses
+    do {
+        addresses = try await channel.open()
+        _ = await terminal.waitUntilUp()
+        try channel.addBridge(.hostToTerminal, port: discardPort)
+        try channel.addBridge(.hostToTerminal, port: echoPort)
+        try channel.addBridge(.terminalToHost, port: sinkPort)
+    } catch { fail("channel: \(error)") }
+
+    // host → terminal: write N MiB into the bridge to discard; done when discard closes.
+    let clock = ContinuousClock()
+    let data = [UInt8](repeating: 0x55, count: count)
+    var start = clock.now
+    let up = loopbackConnect(discardPort)
+    writeAll(up, data)
+    shutdown(up, Int32(SHUT_WR))
+    var sink = [UInt8](repeating: 0, count: 16)
+    while read(up, &sink, sink.count) > 0 {}
+    close(up)
+    let oursUp = Double(count) / seconds(clock.now - start)
+
+    // terminal → host: the terminal writes N MiB through the bridge to the host's sink.
+    let (listener, received) = startSink(sinkPort)
+    start = clock.now
+    let r = await terminal.transfer(to: TCPEndpoint(addresses.ip, sinkPort), payload: data)
+    let oursDown = Double(count) / seconds(clock.now - start)
+    close(listener)
+    guard r.succeeded, received() == count else { fail("terminal→host transfer: \(r.outcome), \(received()) of \(count) bytes") }
+
+    // 200-byte request/response through the bridge to the terminal's echo.
+    let e = loopbackConnect(echoPort)
+    let request = [UInt8](repeating: 0x41, count: 200)
+    var reply = [UInt8](repeating: 0, count: 200)
+    for _ in 0..<10 { writeAll(e, request); readExactly(e, 200, into: &reply) }
+    start = clock.now
+    for _ in 0..<o.rounds {
+        writeAll(e, request)
+        readExactly(e, 200, into: &reply)
+    }
+    let oursRTT = seconds(clock.now - start) / Double(o.rounds)
+    close(e)
+    _ = await channel.close()
+    await terminal.stop()
+
+    print(String(format: "bridge: host→terminal %.1f MB/s, terminal→host %.1f MB/s; 200-byte round trip %.1f µs", oursUp / 1e6, oursDown / 1e6, oursRTT * 1e6))
+    print(String(format: "RESULT bridge up_ratio=%.3f down_ratio=%.3f rtt_ratio=%.2f", oursUp / rawUp, oursDown / rawDown, oursRTT / rawRTT))
+}
+
+func parseBridge(_ args: ArraySlice<String>) -> BridgeOptions {
+    var o = BridgeOptions()
+    var it = args.makeIterator()
+    while let a = it.next() {
+        guard let v = it.next().flatMap({ Int($0) }), v > 0 else { fail("\(a) needs a positive number") }
+        switch a {
+        case "--mib": o.mebibytes = v
+        case "--rounds": o.rounds = v
+        default: fail("unknown option \(a)")
+        }
+    }
+    return o
+}
