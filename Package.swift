@@ -62,10 +62,12 @@ let package = Package(
         .testTarget(name: "NetStackTests", dependencies: ["NetStack"]),
         .testTarget(name: "SimulationTests", dependencies: ["PPP", "NetStack", "Framing", "Crypto"]),
         .testTarget(name: "CaptureTests", dependencies: ["Capture", "Framing", "PPP", "NetStack", "Crypto"]),
-        .testTarget(name: "ChannelTests", dependencies: ["Channel", "NetStack", "PPP", "Crypto"]),
+        // Host-side helpers (loopback servers and clients) shared by the channel's tests.
+        .target(name: "ChannelTestSupport", dependencies: ["Channel", "NetStack", "Crypto"], path: "Tests/ChannelTestSupport"),
+        .testTarget(name: "ChannelTests", dependencies: ["Channel", "NetStack", "PPP", "Crypto", "ChannelTestSupport"]),
         .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Capture"]),
         // Real peers: Debian's pppd in a QEMU VM (Tools/vmpeer) against the built `pppbridge`.
-        .testTarget(name: "InteropTests", dependencies: ["pppbridge", "Crypto"]),
+        .testTarget(name: "InteropTests", dependencies: ["pppbridge", "Crypto", "Channel", "NetStack", "ChannelTestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

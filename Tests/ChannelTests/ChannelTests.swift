@@ -5,6 +5,7 @@ import NetStack
 import PPP
 import Testing
 @testable import Channel
+import ChannelTestSupport
 
 /// A channel (host role) and a simulated terminal (our stack in terminal role) on the two
 /// ends of a pty pair, both on the process's event loop.
@@ -197,7 +198,7 @@ struct ChannelTests {
         // A tiny resolver on loopback that answers every query with 10.9.8.7.
         let port = Host.freePort()
         let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        var a = HostSocket.address(TCPEndpoint(IPv4Address(127, 0, 0, 1), port))
+        var a = Host.address(TCPEndpoint(IPv4Address(127, 0, 0, 1), port))
         _ = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
         Host.setTimeout(fd, seconds: 20)
         let resolver = Thread {
@@ -366,12 +367,4 @@ struct ChannelTests {
         await rig.channel.close()
         try? FileManager.default.removeItem(atPath: rig.directory)
     }
-}
-
-final class Locked<T>: @unchecked Sendable {
-    private var v: T
-    private let lock = NSLock()
-    init(_ v: T) { self.v = v }
-    var value: T { lock.lock(); defer { lock.unlock() }; return v }
-    func mutate(_ f: (inout T) -> Void) { lock.lock(); f(&v); lock.unlock() }
 }

@@ -3,30 +3,45 @@ import Dispatch
 import Foundation
 import Glibc
 import NetStack
-@testable import Channel
+import Channel
 
 /// Host-side helpers for channel tests: plain blocking sockets on loopback, with timeouts.
-enum Host {
-    /// A port nobody listens on right now (bound and released).
-    static func freePort() -> UInt16 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var a = HostSocket.address(TCPEndpoint(IPv4Address(127, 0, 0, 1), 0))
-        _ = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        return HostSocket.localEndpoint(fd)!.port
+public enum Host {
+    public static func address(_ endpoint: TCPEndpoint) -> sockaddr_in {
+        var a = sockaddr_in()
+        a.sin_family = sa_family_t(AF_INET)
+        a.sin_port = endpoint.port.bigEndian
+        a.sin_addr.s_addr = endpoint.address.value.bigEndian
+        return a
     }
 
-    static func setTimeout(_ fd: Int32, seconds: Int) {
+    public static func localPort(_ fd: Int32) -> UInt16 {
+        var a = sockaddr_in()
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        return UInt16(bigEndian: a.sin_port)
+    }
+
+    /// A port nobody listens on right now (bound and released).
+    public static func freePort() -> UInt16 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var a = Host.address(TCPEndpoint(IPv4Address(127, 0, 0, 1), 0))
+        _ = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        return localPort(fd)
+    }
+
+    public static func setTimeout(_ fd: Int32, seconds: Int) {
         var tv = timeval(tv_sec: seconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
     }
 
     /// A blocking connect; the descriptor, or the errno.
-    static func connect(_ endpoint: TCPEndpoint, timeout: Int = 20) -> Result<Int32, SystemError> {
+    public static func connect(_ endpoint: TCPEndpoint, timeout: Int = 20) -> Result<Int32, SystemError> {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         setTimeout(fd, seconds: timeout)
-        var a = HostSocket.address(endpoint)
+        var a = Host.address(endpoint)
         let r = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
         if r != 0 {
             let e = SystemError("connect \(endpoint)")
@@ -36,7 +51,7 @@ enum Host {
         return .success(fd)
     }
 
-    static func sendAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+    public static func sendAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
         var offset = 0
         while offset < bytes.count {
             let n = bytes[offset...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
@@ -47,7 +62,7 @@ enum Host {
     }
 
     /// Reads until end of stream (or a timeout/reset: then `clean` is false).
-    static func readAll(_ fd: Int32) -> (bytes: [UInt8], clean: Bool) {
+    public static func readAll(_ fd: Int32) -> (bytes: [UInt8], clean: Bool) {
         var out: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 65536)
         while true {
@@ -59,7 +74,7 @@ enum Host {
     }
 
     /// Connects, sends `payload` (from another thread), half-closes, and reads until the other side closes.
-    static func exchange(_ endpoint: TCPEndpoint, _ payload: [UInt8]) async -> (bytes: [UInt8], clean: Bool)? {
+    public static func exchange(_ endpoint: TCPEndpoint, _ payload: [UInt8]) async -> (bytes: [UInt8], clean: Bool)? {
         await withCheckedContinuation { c in
             Thread.detachNewThread {
                 guard case let .success(fd) = connect(endpoint) else { return c.resume(returning: nil) }
@@ -78,13 +93,13 @@ enum Host {
         }
     }
 
-    static func openDescriptors() -> Int {
+    public static func openDescriptors() -> Int {
         (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
     }
 
-    static func sha(_ b: [UInt8]) -> String { Digest.hex(Digest.hash(.sha256, b)!) }
+    public static func sha(_ b: [UInt8]) -> String { Digest.hex(Digest.hash(.sha256, b)!) }
 
-    static func random(_ n: Int, seed: UInt64) -> [UInt8] {
+    public static func random(_ n: Int, seed: UInt64) -> [UInt8] {
         var s = SplitMix64(seed: seed)
         var out = [UInt8]()
         out.reserveCapacity(n)
@@ -98,23 +113,23 @@ enum Host {
 
 /// A loopback TCP server on its own threads: echo (reads to the end, echoes, closes) or hold
 /// (keeps every connection open until stopped).
-final class LoopbackServer: @unchecked Sendable {
-    enum Mode { case echo, hold }
-    let port: UInt16
-    let listener: Int32
+public final class LoopbackServer: @unchecked Sendable {
+    public enum Mode: Sendable { case echo, hold }
+    public let port: UInt16
+    public let listener: Int32
     private let mode: Mode
     private let lock = NSLock()
     private var held: [Int32] = []
     private var stopped = false
     private(set) var accepted = 0
 
-    init(port: UInt16, mode: Mode, address: IPv4Address = IPv4Address(127, 0, 0, 1)) throws {
+    public init(port: UInt16, mode: Mode, address: IPv4Address = IPv4Address(127, 0, 0, 1)) throws {
         self.port = port
         self.mode = mode
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, 4)
-        var a = HostSocket.address(TCPEndpoint(address, port))
+        var a = Host.address(TCPEndpoint(address, port))
         let r = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
         guard r == 0, listen(fd, 64) == 0 else {
             close(fd)
@@ -148,9 +163,9 @@ final class LoopbackServer: @unchecked Sendable {
         }
     }
 
-    var acceptedCount: Int { lock.lock(); defer { lock.unlock() }; return accepted }
+    public var acceptedCount: Int { lock.lock(); defer { lock.unlock() }; return accepted }
 
-    func stop() {
+    public func stop() {
         lock.lock()
         stopped = true
         let h = held
@@ -165,4 +180,12 @@ final class LoopbackServer: @unchecked Sendable {
             close(c)
         }
     }
+}
+
+public final class Locked<T>: @unchecked Sendable {
+    private var v: T
+    private let lock = NSLock()
+    public init(_ v: T) { self.v = v }
+    public var value: T { lock.lock(); defer { lock.unlock() }; return v }
+    public func mutate(_ f: (inout T) -> Void) { lock.lock(); f(&v); lock.unlock() }
 }
