@@ -70,6 +70,9 @@ public final class EventLoop: @unchecked Sendable {
         Glibc.close(epoll)
     }
 
+    /// True while a thread is inside `run`.
+    public var isRunning: Bool { threadID.withLock { $0 != nil } }
+
     /// True on the loop's own thread.
     public var inLoop: Bool {
         threadID.withLock { id in id.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
@@ -82,10 +85,12 @@ public final class EventLoop: @unchecked Sendable {
         _ = Glibc.write(wakeWriter, &b, 1)
     }
 
-    /// Runs `body` on the loop thread and returns its result: at once when called there,
-    /// otherwise posted and waited for.
+    /// Runs `body` on the loop thread and returns its result: at once when called there (or
+    /// when no thread runs the loop), otherwise posted and waited for.
     public func sync<T>(_ body: () -> T) -> T {
-        if inLoop { return body() }
+        // A loop no thread is running yet (one a program runs on its own thread later) is the
+        // caller's alone: the work is done at once.
+        if inLoop || !isRunning { return body() }
         return withoutActuallyEscaping(body) { escapable in
             // The posted closure holds only the box, which lets go of `body` before the
             // caller resumes, so `body` never outlives this call.
@@ -169,6 +174,8 @@ public final class EventLoop: @unchecked Sendable {
             return nil
         }, box)
         pthread_attr_destroy(&attributes)
+        // The loop belongs to that thread from now on, even before it enters `run`.
+        threadID.withLock { $0 = t }
     }
 
     private final class Thread {
