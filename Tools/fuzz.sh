@@ -3,7 +3,8 @@
 #
 #   Tools/fuzz.sh [SECONDS] [TARGET...]     (default: 60 s each, every target)
 #
-# Targets: stream (the RFC 1662 stream decoder), packets (the parsers behind `pppbridge decode`),
+# Targets: stream (the RFC 1662 stream decoder), packets (the parsers behind `pppbridge decode`
+# and the SOCKS handshake parser),
 # stack (our IPv4/ICMP/UDP/TCP input path: parsers, reassembly, TCP state machine).
 # Seeds come from ../shared/traces. A crash leaves its input in fuzz-artifacts/ and fails the
 # script; replay it with the plain build: `swift run pppbridge-fuzz-stream fuzz-artifacts/crash-...`.

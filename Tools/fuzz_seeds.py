@@ -3,7 +3,8 @@
 
 stream:  4 setting bytes (FCS-16, ACCM 0 and 0xFFFFFFFF, MRU 1560, a chunk stride) followed by
          the raw async bytes of each direction of each pppd record file.
-packets: each capture record's bytes, once for each of the target's four parsers.
+packets: each capture record's bytes, once for each of the target's four packet parsers, and
+         SOCKS4/4a/5 handshakes (with and without a password) for the proxy's parser.
 stack:   the IPv4 packets of each capture, eight at a time, each behind a 2-byte length.
 Only seeds are made here; the project's readers (libpcap, the record reader) are what is fuzzed.
 """
@@ -61,7 +62,7 @@ def main():
                         count += 1
         elif target == "packets" and name.endswith(".pcap"):
             for n, record in enumerate(pcap_records(data)):
-                for selector in range(4):
+                for selector in range(4):  # the packet parsers; 4 is SOCKS (seeded below)
                     open(os.path.join(out, f"{name}-{n}-{selector}"), "wb").write(bytes([selector]) + record[:2048])
                     count += 1
         elif target == "stack" and name.endswith(".pcap"):
@@ -74,6 +75,21 @@ def main():
                     packets.append(len(p).to_bytes(2, "big") + p)
             for start in range(0, len(packets), 8):
                 open(os.path.join(out, f"{name}-{start}"), "wb").write(b"".join(packets[start:start + 8]))
+                count += 1
+    if target == "packets":
+        # SOCKS handshakes for the proxy's parser (selector 4; selector 9, bit 3 set, adds a password).
+        handshakes = [
+            b"\x04\x01\x01\xbb\x7f\x00\x00\x01user\x00data",
+            b"\x04\x01\x00\x50\x00\x00\x00\x01\x00example.test\x00",
+            b"\x05\x01\x00\x05\x01\x00\x01\x7f\x00\x00\x01\x17\x70hello",
+            b"\x05\x01\x00\x05\x01\x00\x03\x0cexample.test\x01\xbb",
+            b"\x05\x01\x00\x05\x01\x00\x04" + bytes(range(16)) + b"\x00\x50",
+            b"\x05\x02\x00\x02\x01\x04user\x06secret\x05\x01\x00\x01\x0a\x00\x00\x01\x00\x35",
+            b"\x05\x01\x00\x05\x03\x00\x01\x00\x00\x00\x00\x00\x00",
+        ]
+        for n, h in enumerate(handshakes):
+            for selector in (4, 9):
+                open(os.path.join(out, f"socks-{n}-{selector}"), "wb").write(bytes([selector]) + h)
                 count += 1
     if count == 0:
         sys.exit(f"no seeds written from {traces}")

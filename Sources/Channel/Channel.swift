@@ -388,9 +388,10 @@ public final class Channel: @unchecked Sendable {
                 do { try bridges?.add(spec) } catch { log("bridge \(spec) not re-armed: \(error)") }
             }
         }
+        // The delegate first: a bridge it adds exists when `open()` returns.
         emit(.opened(a))
-        finishOpen(.success(a))
         delegate?.channelDidOpen(self)
+        finishOpen(.success(a))
     }
 
     private func linkDown(_ down: LinkDownReason) {
@@ -405,12 +406,12 @@ public final class Channel: @unchecked Sendable {
         addresses = nil
         state = .closed
         lastCloseReason = reason
-        finishOpen(.failure(.closed(reason)))
         emit(.closed(reason))
+        delegate?.channelDidClose(self, reason: reason)
+        finishOpen(.failure(.closed(reason)))
         let waiters = closeWaiters
         closeWaiters = []
         for w in waiters { w(reason) }
-        delegate?.channelDidClose(self, reason: reason)
         if reopenRequested { startOnLoop() }
     }
 

@@ -56,7 +56,8 @@ final class ChannelRun {
         }
         defer { signals.cancel() }
         do { try channel.start() } catch let e {
-            error("pppbridge: \(e)")
+            // A line that could not be opened was reported by the channel's closed event.
+            if case .closed(.lineFailed) = e {} else { error("pppbridge: \(e)") }
             return RunCommand.Status.openFailed
         }
         var tick: (() -> Void)!
@@ -99,7 +100,11 @@ final class ChannelRun {
             }
             if bridgeFailed && !persist { channel.requestClose() }
         case let .closed(reason):
-            if reason != .closedByUs || !stopping { say("pppbridge: channel closed: \(reason)") }
+            if case let .lineFailed(m) = reason {
+                error("pppbridge: \(m)")  // the system's words, as for any open
+            } else if reason != .closedByUs || !stopping {
+                say("pppbridge: channel closed: \(reason)")
+            }
             if persist && !stopping && !reasonIsFinal(reason) {
                 say("pppbridge: reopening")
                 channel.loop.schedule(at: channel.loop.now + .seconds(1)) { try? channel.start() }

@@ -91,6 +91,30 @@ struct ChannelTests {
         await rig.cleanUp()
     }
 
+    @Test func oneBridgeCarriesManyConnectionsAtOnce() async throws {
+        let port = Host.freePort()
+        let rig = try PtyRig(echoPorts: [port])
+        _ = try await rig.open()
+        try rig.channel.addBridge(.hostToTerminal, port: port)
+        let results = await withTaskGroup(of: Bool.self) { group in
+            for i in 0..<25 {
+                group.addTask {
+                    let payload = Host.random(40_000 + i * 997, seed: UInt64(100 + i))
+                    let r = await Host.exchange(TCPEndpoint(IPv4Address(127, 0, 0, 1), port), payload)
+                    return r?.clean == true && r?.bytes == payload
+                }
+            }
+            var all: [Bool] = []
+            for await ok in group { all.append(ok) }
+            return all
+        }
+        #expect(results.count == 25 && results.allSatisfy { $0 })
+        let traffic = try #require(rig.channel.bridgeStatus.first?.traffic)
+        #expect(traffic.connections == 25 && traffic.failures == 0)
+        #expect(traffic.bytesToTerminal == (0..<25).reduce(0) { $0 + 40_000 + $1 * 997 })
+        await rig.cleanUp()
+    }
+
     @Test func bridgeReturnCodesFollowTheHeader() async throws {
         let rig = try PtyRig()
         // Before the channel is open: -3.

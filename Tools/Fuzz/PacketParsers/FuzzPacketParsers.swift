@@ -1,8 +1,10 @@
 // libFuzzer target: the packet parsers `pppbridge decode` uses.
 //
 // The first byte picks what the rest is: a PPP packet (header included) for the frame printer,
-// a control packet with its options, an IPv4 packet, or a capture record of one of the link
-// types for the tunnel decoder. Nothing may trap; parsed values must emit what was parsed.
+// a control packet with its options, an IPv4 packet, a capture record of one of the link
+// types for the tunnel decoder, or a SOCKS handshake as the channel's proxy reads it. Nothing
+// may trap; parsed values must emit what was parsed; the SOCKS parser must reach the same end
+// however its input is cut.
 import Capture
 import Framing
 import NetStack
@@ -14,7 +16,7 @@ public func fuzzPacketParsers(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CIn
     guard let data, size >= 1 else { return 0 }
     let input = UnsafeBufferPointer(start: data, count: size)
     let body = Array(input[1...])
-    switch input[0] % 4 {
+    switch input[0] % 5 {
     case 0:
         if let frame = PPPFrame(packet: body) {
             _ = FramePrinter.describe(frame, showPassword: true)
@@ -36,6 +38,27 @@ public func fuzzPacketParsers(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CIn
     case 2:
         _ = IPPacketPrinter.describe(body)
         _ = body.withUnsafeBytes { try? VJCompressedHeader(parsing: $0) }
+    case 4:
+        // First bytes with bit 3 set configure a password, so both SOCKS5 methods and the SOCKS4
+        // refusal run.
+        let passwords: [String: String]? = input[0] & 0x08 != 0 ? ["user": "secret"] : nil
+        var whole = SocksNegotiation(passwords: passwords)
+        let once = whole.feed(body)
+        var cut = SocksNegotiation(passwords: passwords)
+        var pieces: [SocksNegotiation.Step] = []
+        var i = 0
+        while i < body.count {
+            let n = 1 + Int(body[i] % 7)
+            pieces += cut.feed(Array(body[i..<min(body.count, i + n)]))
+            i += n
+        }
+        let ends = { (steps: [SocksNegotiation.Step]) in steps.filter { if case .needMore = $0 { return false } else { return true } } }
+        precondition(ends(once) == ends(pieces), "SOCKS steps depend on how the input was cut")
+        precondition(whole.leftover == cut.leftover, "SOCKS leftover depends on how the input was cut")
+        if case let .request(r, _)? = once.last {
+            _ = SocksNegotiation.successReply(for: r, bound: IPv4Address(127, 0, 0, 1), port: 1080)
+            _ = r.host.description
+        }
     default:
         for linkType in LinkType.allCases {
             for carried in Encapsulation.contents(linkType: linkType.rawValue, record: body).frames {

@@ -1,5 +1,3 @@
-import NetStack
-
 /// The SOCKS dialect a client spoke.
 public enum SocksVersion: Sendable, Equatable {
     case socks4, socks4a, socks5
