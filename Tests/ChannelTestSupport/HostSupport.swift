@@ -123,12 +123,14 @@ public final class LoopbackServer: @unchecked Sendable {
     private var stopped = false
     private(set) var accepted = 0
 
-    public init(port: UInt16, mode: Mode, address: IPv4Address = IPv4Address(127, 0, 0, 1)) throws {
+    /// `receiveBuffer` sets SO_RCVBUF on the listener (accepted sockets inherit it).
+    public init(port: UInt16, mode: Mode, address: IPv4Address = IPv4Address(127, 0, 0, 1), receiveBuffer: Int32? = nil) throws {
         self.port = port
         self.mode = mode
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, 4)
+        if var size = receiveBuffer { setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, 4) }
         var a = Host.address(TCPEndpoint(address, port))
         let r = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
         guard r == 0, listen(fd, 64) == 0 else {

@@ -115,6 +115,42 @@ struct ChannelTests {
         await rig.cleanUp()
     }
 
+    @Test func aHostThatDoesNotReadClosesTheTerminalsWindow() async throws {
+        let hostPort = Host.freePort()
+        // A host server that accepts and never reads, with a small socket buffer.
+        let server = try LoopbackServer(port: hostPort, mode: .hold, receiveBuffer: 32 * 1024)
+        defer { server.stop() }
+        let rig = try PtyRig()
+        let a = try await rig.open()
+        try rig.channel.addBridge(.terminalToHost, port: hostPort)
+        let total = 16 << 20
+        let transfer = Task { await rig.terminal.transfer(to: TCPEndpoint(a.ip, hostPort), payload: Host.random(total, seed: 9)) }
+        // What our stack took in from the terminal on that connection (its `in` counter).
+        func takenIn() -> Int? {
+            rig.channel.report().first { $0.contains(":\(hostPort) <-> ") }.flatMap { line in
+                let words = line.split(separator: " ")
+                return words.firstIndex(of: "in").flatMap { Int(words[$0 + 1]) }
+            }
+        }
+        // Wait until the terminal is stalled: nothing more taken in for a second.
+        var last = -1, second = 0, stalled = false
+        for _ in 0..<60 {
+            try await Task.sleep(for: .seconds(1))
+            second = takenIn() ?? 0
+            if second == last { stalled = true; break }
+            last = second
+        }
+        let toHost = rig.channel.bridgeStatus[0].traffic.bytesToHost
+        #expect(stalled, "still taking bytes in after a minute: \(second)")
+        // The host's socket buffers are full; beyond them we hold at most one relay chunk and
+        // our receive buffer: the terminal is held by a closed window, not by our memory.
+        #expect(second - toHost <= 65536 + TCPConfiguration().receiveBufferSize, "in \(second), to host \(toHost)")
+        #expect(second < total)
+        print("back-pressure: host not reading; terminal stalled after \(second) B (host socket took \(toHost) B)")
+        await rig.cleanUp()
+        _ = await transfer.value
+    }
+
     @Test func bridgeReturnCodesFollowTheHeader() async throws {
         let rig = try PtyRig()
         // Before the channel is open: -3.

@@ -27,7 +27,7 @@ func ptyPair() -> (master: Int32, slave: Int32) {
     guard m >= 0, grantpt(m) == 0, unlockpt(m) == 0 else { fail("posix_openpt") }
     var name = [CChar](repeating: 0, count: 128)
     guard ptsname_r(m, &name, name.count) == 0 else { fail("ptsname_r") }
-    let s = open(String(cString: name), O_RDWR | O_NOCTTY | O_CLOEXEC)
+    let s = open(String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self), O_RDWR | O_NOCTTY | O_CLOEXEC)
     guard s >= 0 else { fail("open pty") }
     for fd in [m, s] {
         var t = termios()
