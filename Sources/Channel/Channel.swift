@@ -9,7 +9,8 @@ public enum ChannelLine: Sendable, Equatable {
     case device(String, SerialLine.Options = SerialLine.Options())
     /// A pty we create at every open; its name is announced in a `.line` event.
     case pty(linkedAt: String?, SerialLine.Options = SerialLine.Options())
-    /// A descriptor handed to us (a socket or tty another program opened); closed with the channel.
+    /// A descriptor handed to us (a socket or tty another program opened); each link runs on a
+    /// duplicate of it, so it stays the caller's to close.
     case descriptor(Int32)
 }
 
@@ -273,11 +274,15 @@ public final class Channel: @unchecked Sendable {
         reopenRequested = false
         lastCloseReason = nil
         let line: SerialLine
-        do {
+        do throws(SystemError) {
             switch configuration.line {
             case let .device(path, options): line = try SerialLine(device: path, options: options)
             case let .pty(link, options): line = try SerialLine(ptyLinkedAt: link, options: options)
-            case let .descriptor(fd): line = try SerialLine(descriptor: fd)
+            case let .descriptor(fd):
+                // Each link gets its own copy, so the descriptor can be opened again.
+                let copy = dup(fd)
+                guard copy >= 0 else { throw SystemError("dup descriptor \(fd)") }
+                line = try SerialLine(descriptor: copy)
             }
         } catch {
             finishOpen(.failure(.closed(.lineFailed(error.description))))
@@ -408,7 +413,8 @@ public final class Channel: @unchecked Sendable {
         lastCloseReason = reason
         emit(.closed(reason))
         delegate?.channelDidClose(self, reason: reason)
-        finishOpen(.failure(.closed(reason)))
+        // An open asked for while this link was closing waits for the next one.
+        if !reopenRequested { finishOpen(.failure(.closed(reason))) }
         let waiters = closeWaiters
         closeWaiters = []
         for w in waiters { w(reason) }

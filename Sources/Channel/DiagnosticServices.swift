@@ -59,6 +59,8 @@ public final class DiagnosticServices: StackApplication {
         if case .closed = event {
             sessions[id] = nil
             dirty.remove(id)
+            // Let the stack forget it even if unread bytes remain (a reset mid-stream).
+            host?.stack?.abort(id, now: nil)
         } else if sessions[id] != nil {
             dirty.insert(id)
         }

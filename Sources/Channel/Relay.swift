@@ -40,6 +40,8 @@ final class Relay {
     var onHostConnectFailed: ((Relay, Int32) -> Void)?
     var onFinished: ((Relay) -> Void)?
     var interest: UInt32 = 0
+    /// The socket is in epoll (it is taken out while there is nothing to wait for).
+    var watched = false
 
     final class Counter {
         var value = TrafficCounters()
@@ -74,11 +76,7 @@ final class RelayTable {
         relays[r.id] = r
         r.interest = wantedInterest(r)
         do {
-            // The relay is held strongly for the length of the call: it may leave the table in it.
-            try loop.register(r.fd, events: r.interest) { [unowned self, weak r] events in
-                guard let r else { return }
-                self.hostEvent(r, events)
-            }
+            try watch(r)
         } catch {
             fail(r, now: loop.now)
             return
@@ -95,14 +93,14 @@ final class RelayTable {
         case .readable, .writable, .peerFinished:
             dirty.insert(id)
         case let .closed(reason):
-            // The terminal's side is gone. Whatever it sent before a normal close was read
-            // already; a reset or timeout is passed on to the host as a reset.
             if reason == .closed {
-                pump(r, now: now)
-                if r.pendingToHost > 0 { _ = try? HostSocket.send(r.fd, r.toHost[r.toHostStart...]) }
-                remove(r, reset: false)
+                // Both FINs are through, but what the terminal sent may still wait in our
+                // receive buffer and in `toHost`: the relay stays until the host has it all.
+                dirty.insert(id)
             } else {
+                // A reset or timeout is passed on to the host as a reset; the stack may let go.
                 r.counters.value.failures += 1
+                host?.stack?.abort(id, now: nil)
                 remove(r, reset: true)
             }
         }
@@ -215,11 +213,39 @@ final class RelayTable {
             remove(r, reset: false)
             return
         }
+        let stackFinished = host.stack!.state(r.id).map { $0 == .closed } ?? true
+        if stackFinished && r.stackEOF && r.pendingToHost == 0 {
+            // The terminal's side finished while the host still had its direction open:
+            // nothing the host sends can be carried any more.
+            host.stack!.abort(r.id, now: nil)
+            remove(r, reset: true)
+            return
+        }
         let want = wantedInterest(r)
-        if want != r.interest {
+        if want == 0 {
+            // Nothing to wait for on the socket now. It is taken out of epoll, which would
+            // otherwise report a hang-up (both directions shut) on every turn.
+            if r.watched {
+                loop.unregister(r.fd)
+                r.watched = false
+            }
+            r.interest = 0
+        } else if !r.watched {
+            r.interest = want
+            do { try watch(r) } catch { fail(r, now: now) }
+        } else if want != r.interest {
             r.interest = want
             loop.setInterest(r.fd, want)
         }
+    }
+
+    private func watch(_ r: Relay) throws(SystemError) {
+        // The relay is held strongly for the length of the call: it may leave the table in it.
+        try loop.register(r.fd, events: r.interest) { [unowned self, weak r] events in
+            guard let r else { return }
+            self.hostEvent(r, events)
+        }
+        r.watched = true
     }
 
     private func wantedInterest(_ r: Relay) -> UInt32 {

@@ -298,7 +298,8 @@ final class TerminalTransfers: StackApplication {
                 job.received += chunk
             }
         }
-        if host.stack!.atEndOfStream(id) {
+        // The peer may finish its side first; ours closes once the whole payload is written.
+        if host.stack!.atEndOfStream(id) && (job.shutDown || job.socksReplyNeeded > 0) {
             if job.socksReplyNeeded > 0 {
                 // Refused before a whole reply: what came is the refusal.
                 host.stack!.close(id, now: now)

@@ -100,6 +100,7 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
                 negotiating[id] = nil
                 resolving.remove(id)
                 destinations[id] = nil
+                host?.stack?.abort(id, now: nil)
             } else {
                 dirty.insert(id)
             }
@@ -153,6 +154,9 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         resolving.remove(id)
         destinations[id] = nil
         host?.stack?.write(id, reply, now: now)
+        // Bytes the client sent early are read away first: closing over unread data would
+        // reset the connection and lose the reply.
+        while !(host?.stack?.read(id, now: now).isEmpty ?? true) {}
         host?.stack?.close(id, now: now)
     }
 

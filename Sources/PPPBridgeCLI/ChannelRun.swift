@@ -47,6 +47,8 @@ final class ChannelRun {
                 case SIGUSR2: self.writeStatus(channel)
                 default:
                     self.stopping = true
+                    // Between a close and a --persist reopen there is no link to close.
+                    if channel.status.state == .closed { self.finished = self.finished ?? .closedByUs }
                     channel.requestClose()
                 }
             }
@@ -107,7 +109,9 @@ final class ChannelRun {
             }
             if persist && !stopping && !reasonIsFinal(reason) {
                 say("pppbridge: reopening")
-                channel.loop.schedule(at: channel.loop.now + .seconds(1)) { try? channel.start() }
+                channel.loop.schedule(at: channel.loop.now + .seconds(1)) { [unowned self] in
+                    if !self.stopping { try? channel.start() }
+                }
             } else {
                 finished = reason
             }

@@ -151,6 +151,42 @@ struct ChannelTests {
         _ = await transfer.value
     }
 
+    @Test func everyByteReachesAHostThatClosesItsSideFirstAndReadsLate() async throws {
+        // The host answers and half-closes at once, then reads the terminal's 2 MiB slowly:
+        // both FINs are through long before the bytes are, and none may be lost.
+        let port = Host.freePort()
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, 4)
+        var address = Host.address(TCPEndpoint(IPv4Address(127, 0, 0, 1), port))
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        listen(listener, 4)
+        defer { close(listener) }
+        let received = Locked<[UInt8]?>(nil)
+        Thread.detachNewThread {
+            let c = accept(listener, nil, nil)
+            guard c >= 0 else { return }
+            Host.setTimeout(c, seconds: 60)
+            _ = Host.sendAll(c, Array("bye".utf8))
+            shutdown(c, Int32(SHUT_WR))
+            usleep(1_500_000)
+            let r = Host.readAll(c)
+            close(c)
+            received.mutate { $0 = r.bytes }
+        }
+        let rig = try PtyRig()
+        let a = try await rig.open()
+        try rig.channel.addBridge(.terminalToHost, port: port)
+        let payload = Host.random(2 << 20, seed: 21)
+        let r = await rig.terminal.transfer(to: TCPEndpoint(a.ip, port), payload: payload)
+        #expect(r.received == Array("bye".utf8))
+        for _ in 0..<200 where received.value == nil { try await Task.sleep(for: .milliseconds(100)) }
+        #expect(received.value.map(Host.sha) == Host.sha(payload), "host got \(received.value?.count ?? -1) of \(payload.count) bytes")
+        for _ in 0..<50 where rig.channel.bridgeStatus[0].traffic.active > 0 { try await Task.sleep(for: .milliseconds(100)) }
+        #expect(rig.channel.bridgeStatus[0].traffic.active == 0)
+        await rig.cleanUp()
+    }
+
     @Test func bridgeReturnCodesFollowTheHeader() async throws {
         let rig = try PtyRig()
         // Before the channel is open: -3.
