@@ -5,7 +5,7 @@ let package = Package(
     name: "pppbridge",
     products: [
         // What terminal-proxy programs link.
-        .library(name: "PPPBridge", targets: ["Framing", "PPP", "NetStack", "Capture", "Crypto", "Channel"]),
+        .library(name: "PPPBridge", targets: ["Framing", "PPP", "NetStack", "Capture", "Crypto", "Payment", "Channel"]),
         .executable(name: "pppbridge", targets: ["pppbridge"]),
         .executable(name: "pppbridge-bench", targets: ["PPPBridgeBench"]),
         // libFuzzer targets (Tools/fuzz.sh builds them with -sanitize=fuzzer,address); built
@@ -13,6 +13,7 @@ let package = Package(
         .executable(name: "pppbridge-fuzz-stream", targets: ["FuzzStreamDecoder"]),
         .executable(name: "pppbridge-fuzz-packets", targets: ["FuzzPacketParsers"]),
         .executable(name: "pppbridge-fuzz-stack", targets: ["FuzzIPStack"]),
+        .executable(name: "pppbridge-fuzz-messages", targets: ["FuzzPaymentMessages"]),
     ],
     targets: [
         // System libraries from Debian (libpcap-dev, libssl-dev).
@@ -28,6 +29,10 @@ let package = Package(
         // Captures in and out (libpcap, pppd record files) and their one-line descriptions.
         .target(name: "Capture", dependencies: ["CPcap", "Framing", "PPP", "NetStack"]),
         .target(name: "Crypto", dependencies: ["COpenSSL"]),
+
+        // The payment layer's sans-IO core: DUKPT, PIN blocks, TR-31, the reader protocol's
+        // framing and messages, the terminal's and gateway's decisions.
+        .target(name: "Payment", dependencies: ["Crypto"]),
 
         // The only layer that touches the OS: lines, the event loop, signals, captures.
         .target(name: "Channel", dependencies: ["CSystem", "Framing", "PPP", "NetStack", "Capture"]),
@@ -50,6 +55,7 @@ let package = Package(
 
         .target(name: "FuzzSupport", path: "Tools/Fuzz/Support"),
         .executableTarget(name: "FuzzIPStack", dependencies: ["NetStack", "FuzzSupport"], path: "Tools/Fuzz/IPStack"),
+        .executableTarget(name: "FuzzPaymentMessages", dependencies: ["Payment", "FuzzSupport"], path: "Tools/Fuzz/PaymentMessages"),
         .executableTarget(name: "FuzzStreamDecoder", dependencies: ["Framing", "FuzzSupport"], path: "Tools/Fuzz/StreamDecoder"),
         .executableTarget(
             name: "FuzzPacketParsers",
@@ -65,6 +71,7 @@ let package = Package(
         // Host-side helpers (loopback servers and clients) shared by the channel's tests.
         .target(name: "ChannelTestSupport", dependencies: ["Channel", "NetStack", "Crypto"], path: "Tests/ChannelTestSupport"),
         .testTarget(name: "ChannelTests", dependencies: ["Channel", "NetStack", "PPP", "Crypto", "ChannelTestSupport"]),
+        .testTarget(name: "PaymentTests", dependencies: ["Payment", "Crypto"]),
         .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Capture"]),
         // Real peers: Debian's pppd in a QEMU VM (Tools/vmpeer) against the built `pppbridge`.
         .testTarget(name: "InteropTests", dependencies: ["pppbridge", "Crypto", "Channel", "NetStack", "ChannelTestSupport"]),

@@ -5,7 +5,8 @@
 #
 # Targets: stream (the RFC 1662 stream decoder), packets (the parsers behind `pppbridge decode`
 # and the SOCKS handshake parser),
-# stack (our IPv4/ICMP/UDP/TCP input path: parsers, reassembly, TCP state machine).
+# stack (our IPv4/ICMP/UDP/TCP input path: parsers, reassembly, TCP state machine),
+# messages (the payment reader protocol's frame decoder, JSON parser and message envelope).
 # Seeds come from ../shared/traces. A crash leaves its input in fuzz-artifacts/ and fails the
 # script; replay it with the plain build: `swift run pppbridge-fuzz-stream fuzz-artifacts/crash-...`.
 set -euo pipefail
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(stream packets stack)
+[ ${#targets[@]} -gt 0 ] || targets=(stream packets stack messages)
 
 scratch=.build/fuzz
 traces=${PPPBRIDGE_TRACES:-../shared/traces}

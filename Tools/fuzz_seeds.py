@@ -5,6 +5,7 @@ stream:  4 setting bytes (FCS-16, ACCM 0 and 0xFFFFFFFF, MRU 1560, a chunk strid
          the raw async bytes of each direction of each pppd record file.
 packets: each capture record's bytes, once for each of the target's four packet parsers, and
          SOCKS4/4a/5 handshakes (with and without a password) for the proxy's parser.
+messages: reader-protocol frames (the specification's message shapes), one and several per input.
 stack:   the IPv4 packets of each capture, eight at a time, each behind a 2-byte length.
 Only seeds are made here; the project's readers (libpcap, the record reader) are what is fuzzed.
 """
@@ -91,6 +92,38 @@ def main():
             for selector in (4, 9):
                 open(os.path.join(out, f"socks-{n}-{selector}"), "wb").write(bytes([selector]) + h)
                 count += 1
+    if target == "messages":
+        header = lambda cat, typ, cls="Service", ident='"ServiceID":"2",': (
+            '{"ProtocolVersion":"3.1","MessageClass":"%s","MessageCategory":"%s","MessageType":"%s",%s'
+            '"SaleID":"HOST-1","POIID":"SIM-00000001"}' % (cls, cat, typ, ident))
+        bodies = [
+            ("SaleToPOIRequest", header("Login", "Request"), "LoginRequest",
+             '{"DateTime":"2026-11-01T10:00:00Z","OperatorLanguage":"es","Ext":{"LocationID":"tml_test_1","Environment":"int"}}'),
+            ("SaleToPOIRequest", header("Payment", "Request"), "PaymentRequest",
+             '{"SaleData":{"SaleTransactionID":{"TransactionID":"0001ABC","TimeStamp":"2026-11-01T10:00:05Z"}},'
+             '"PaymentTransaction":{"AmountsReq":{"Currency":"EUR","CurrencyNumeric":"978","RequestedAmountMinor":1050}},'
+             '"PaymentData":{"PaymentType":"Normal"},"Ext":{"Route":"TerminalDirect","OriginalOperationID":null}}'),
+            ("SaleToPOIResponse", header("Payment", "Response"), "PaymentResponse",
+             '{"Response":{"Result":"Failure","ErrorCondition":"InProgress","AdditionalResponse":"message=Uncompleted%20transaction"}}'),
+            ("SaleToPOIRequest", header("Display", "Request", "Device", '"DeviceID":"5",'), "DisplayRequest",
+             '{"DisplayOutput":[{"Device":"CashierDisplay","InfoQualify":"Status","OutputContent":{"OutputFormat":"Text","OutputText":[{"Text":"INSERT, SWIPE OR TAP \\u00e9"}]}}]}'),
+            ("SaleToPOIRequest", header("Event", "Notification", "Event", ""), "EventNotification",
+             '{"TimeStamp":"2026-11-01T10:00:00Z","EventToNotify":"ExtUpdateProgress","Ext":{"Progress":0.25}}'),
+            ("SaleToPOIRequest", header("Abort", "Request"), "AbortRequest",
+             '{"MessageReference":{"MessageCategory":"Payment","ServiceID":"2","SaleID":"HOST-1"},"AbortReason":"MerchantAbort"}'),
+        ]
+        frames = []
+        for direction, head, name, body in bodies:
+            payload = ('{"%s":{"MessageHeader":%s,"%s":%s}}' % (direction, head, name, body)).encode()
+            frames.append(len(payload).to_bytes(4, "big") + payload)
+        for n, frame in enumerate(frames):
+            for stride in (0, 3, 31):
+                open(os.path.join(out, f"message-{n}-{stride}"), "wb").write(bytes([stride]) + frame)
+                count += 1
+            open(os.path.join(out, f"json-{n}"), "wb").write(b"\x00" + frame[4:])
+            count += 1
+        open(os.path.join(out, "messages-all"), "wb").write(b"\x07" + b"".join(frames))
+        count += 1
     if count == 0:
         sys.exit(f"no seeds written from {traces}")
 
