@@ -133,7 +133,12 @@ public struct JSONParser {
     func fail(_ reason: String) -> JSONError { JSONError(offset: at, reason: reason) }
 
     mutating func skipSpace() {
-        while at < bytes.count, [0x20, 0x09, 0x0A, 0x0D].contains(bytes[at]) { at += 1 }
+        while at < bytes.count {
+            switch bytes[at] {
+            case 0x20, 0x09, 0x0A, 0x0D: at += 1
+            default: return
+            }
+        }
     }
 
     mutating func value(depth: Int) throws -> JSONValue {
@@ -152,9 +157,10 @@ public struct JSONParser {
     }
 
     mutating func literal(_ word: String) throws {
-        let w = Array(word.utf8)
-        guard at + w.count <= bytes.count, Array(bytes[at..<(at + w.count)]) == w else { throw fail("bad literal") }
-        at += w.count
+        for b in word.utf8 {
+            guard at < bytes.count, bytes[at] == b else { throw fail("bad literal") }
+            at += 1
+        }
     }
 
     mutating func object(depth: Int) throws -> JSONValue {

@@ -1,0 +1,330 @@
+import Crypto
+
+/// The acquirer side (specification §3, §4.10), sans-IO: one JSON request in, one JSON answer out
+/// (or none). It holds the BDKs; for each Authorise it selects the BDK by the KSN's BDK ID,
+/// derives the keys, rejects invalid and replayed counters, checks the CMAC in constant time
+/// before decrypting, deciphers the PIN block, decides by deterministic rules and MACs its answer
+/// so that nothing between it and the terminal can forge an approval.
+public final class GatewayCore: @unchecked Sendable {
+    public struct Configuration: Sendable {
+        /// AES BDKs by BDK ID (the KSN's first 4 bytes, hex).
+        public var bdks: [String: [UInt8]]
+        public var merchantID = "999008881"
+        public var terminalID = "001"
+        public var currencies = Currency.known.map(\.numeric)
+        /// Merchant credentials for Login.
+        public var users: [String: String] = ["merchant": "secret"]
+        /// The PIN of each test card; cards not listed have `defaultPIN`.
+        public var pins: [String: String] = [:]
+        public var defaultPIN = "1234"
+        /// The update offered to terminals older than it, its image, and the key that signs it.
+        public var update: (offer: UpdateOffer, image: [UInt8])?
+        public var sessionLifetime: Int64 = 8 * 3600
+
+        public init(bdks: [String: [UInt8]]) { self.bdks = bdks }
+
+        /// The ANSI X9.24-3 test BDK under its ID `12345678`.
+        public static let testKeys = Configuration(bdks: ["12345678": Hex.decode("FEDCBA9876543210F1F1F1F1F1F1F1F1")!])
+    }
+
+    struct Operation {
+        var merchantID: String
+        var transactionID: String
+        var amount: Int64
+        var currency: String
+        var approved: Bool
+        var signatureRequired: Bool
+        var signed = false
+        var reversed = false
+        var refunded: Int64 = 0
+        var refund: Bool
+    }
+
+    public var configuration: Configuration
+    private var initialKeys: [String: [UInt8]] = [:]
+    private var lastCounter: [String: UInt32] = [:]
+    private var operations: [String: Operation] = [:]
+    private var approvalSequence: [String: Int] = [:]
+    private var operationSequence = 0
+    private var sessions: [String: WallTime] = [:]
+    /// What happened, one line per request (no card data, no keys).
+    public private(set) var log: [String] = []
+
+    public init(configuration: Configuration) { self.configuration = configuration }
+
+    public func handle(_ payload: [UInt8], now: WallTime) -> [UInt8]? {
+        guard let request = try? JSONParser.parse(payload), let type = request["Type"]?.string else {
+            return error("2012", "not a gateway request").serialized
+        }
+        let answer: JSONValue?
+        switch type {
+        case "Login": answer = login(request, now: now)
+        case "Authorise": answer = authorise(request, now: now)
+        case "Reverse": answer = reverse(request)
+        case "Signature": answer = signature(request, now: now)
+        case "Ping": answer = ["Type": "Pong"]
+        case "UpdateCheck": answer = updateCheck(request)
+        case "UpdateChunk": answer = updateChunk(request)
+        default: answer = error("2012", "unknown request type \(type)")
+        }
+        return answer?.serialized
+    }
+
+    func error(_ code: String, _ reason: String, type: String = "Error") -> JSONValue {
+        log.append("\(type) error \(code): \(reason)")
+        return ["Type": .string(type), "Result": "error", "Error": .string(code), "Reason": .string(reason)]
+    }
+
+    // MARK: Login
+
+    func login(_ r: JSONValue, now: WallTime) -> JSONValue {
+        let environment = r["Environment"]?.string ?? ""
+        let licence = r["Licence"]?.string ?? ""
+        guard ["des", "int", "ccal", "real"].contains(environment) else { return error("3006", "unknown environment", type: "LoginResult") }
+        guard licence.hasPrefix("LIC-TEST-"), environment != "real" else {
+            return error("3004", "licence not valid for \(environment)", type: "LoginResult")
+        }
+        guard let user = r["User"]?.string, configuration.users[user] == r["Password"]?.string else {
+            return error("3005", "bad credentials", type: "LoginResult")
+        }
+        let token = Hex.encode((try? SecureBytes.random(16)) ?? [])
+        let expires = now.adding(configuration.sessionLifetime)
+        sessions[token] = expires
+        log.append("Login \(user) ok")
+        return ["Type": "LoginResult", "Result": "ok", "SessionToken": .string(token), "MerchantID": .string(configuration.merchantID),
+                "TerminalID": .string(configuration.terminalID), "Currencies": .array(configuration.currencies.map { .string($0) }),
+                "ExpiresAt": .string(expires.description)]
+    }
+
+    // MARK: Keys
+
+    struct Keys {
+        var ksn: AESKSN
+        var macGeneration: [UInt8]
+        var macVerification: [UInt8]
+        var transaction: [UInt8]
+    }
+
+    enum KeyFailure: Error { case malformed, unknownKey, invalidCounter }
+
+    func keys(for ksnText: String) throws(KeyFailure) -> Keys {
+        guard ksnText.count == 24, let ksn = AESKSN(hex: ksnText) else { throw .malformed }
+        let bdkID = Hex.encode(ksn.bdkID)
+        guard let bdk = configuration.bdks[bdkID] else { throw .unknownKey }
+        guard AESKSN.isValid(counter: ksn.counter) else { throw .invalidCounter }
+        let ikid = Hex.encode(ksn.initialKeyID)
+        do {
+            let ik: [UInt8]
+            if let cached = initialKeys[ikid] { ik = cached } else {
+                ik = try AESDUKPT.initialKey(bdk: bdk, initialKeyID: ksn.initialKeyID)
+                initialKeys[ikid] = ik
+            }
+            let txn = try AESDUKPT.transactionKey(initialKey: ik, ksn: ksn)
+            return Keys(ksn: ksn,
+                        macGeneration: try AESDUKPT.workingKey(transactionKey: txn, usage: .macGeneration, keyType: .aes128, ksn: ksn),
+                        macVerification: try AESDUKPT.workingKey(transactionKey: txn, usage: .macVerification, keyType: .aes128, ksn: ksn),
+                        transaction: txn)
+        } catch {
+            throw .invalidCounter
+        }
+    }
+
+    /// The checks every MACed request passes, in order: KSN form, known BDK, valid and fresh
+    /// counter, MAC (constant time). Only then is the counter recorded.
+    func verify(_ r: JSONValue, canonical: String, type: String) -> Result<Keys, Refusal> {
+        let keys: Keys
+        do { keys = try self.keys(for: r["KSN"]?.string ?? "") } catch {
+            switch error {
+            case .malformed: return .failure(Refusal(code: "2012", reason: "malformed KSN"))
+            case .unknownKey: return .failure(Refusal(code: "4003", reason: "unknown BDK ID"))
+            case .invalidCounter: return .failure(Refusal(code: "4004", reason: "invalid transaction counter"))
+            }
+        }
+        let ikid = Hex.encode(keys.ksn.initialKeyID)
+        if let last = lastCounter[ikid], keys.ksn.counter <= last {
+            return .failure(Refusal(code: "4002", reason: "counter \(keys.ksn.counter) not above \(last) (replay)"))
+        }
+        guard let mac = r["MAC"]?.string.flatMap(Hex.decode), mac.count == 16,
+              let expected = try? MessageAuthentication.aesCMAC(key: keys.macGeneration, Array(canonical.utf8)),
+              SecureBytes.equal(mac, expected) else {
+            return .failure(Refusal(code: "4001", reason: "\(type) MAC does not verify"))
+        }
+        lastCounter[ikid] = keys.ksn.counter
+        return .success(keys)
+    }
+
+    struct Refusal: Error { var code: String; var reason: String }
+
+    func mac(_ message: JSONValue, _ canonical: String, key: [UInt8]) -> JSONValue {
+        let tag = (try? MessageAuthentication.aesCMAC(key: key, Array(canonical.utf8))) ?? []
+        return message.setting("MAC", .string(Hex.encode(tag)))
+    }
+
+    // MARK: Authorise
+
+    func authorise(_ r: JSONValue, now: WallTime) -> JSONValue? {
+        let canonical = GatewayCanonical.authorise(r)
+        let keys: Keys
+        switch verify(r, canonical: canonical, type: "Authorise") {
+        case .failure(let refusal): return error(refusal.code, refusal.reason, type: "AuthoriseResult")
+        case .success(let k): keys = k
+        }
+        func field(_ n: String) -> String { GatewayCanonical.field(r, n) }
+        guard let amount = r["AmountMinor"]?.integer, amount > 0 else { return error("2005", "amount", type: "AuthoriseResult") }
+        let currency = field("CurrencyNumeric")
+        let paymentType = field("PaymentType")
+        let cvm = field("CVM")
+        var result = "approved", responseCode = "00"
+        var byPIN = false
+        let signatureRequired = cvm == "Signature"
+
+        // Card data (absent only for a referenced refund).
+        var card: CardData?
+        if !field("EncCardData").isEmpty {
+            guard let cipher = Hex.decode(field("EncCardData")), cipher.count % 16 == 0, !cipher.isEmpty else {
+                return error("4005", "card data is not whole AES blocks", type: "AuthoriseResult")
+            }
+            do {
+                var dataKey = try AESDUKPT.workingKey(transactionKey: keys.transaction, usage: .dataEncryption, keyType: .aes128, ksn: keys.ksn)
+                defer { SecureBytes.wipe(&dataKey) }
+                var clear = try BlockCipher.aes.decrypt(key: dataKey, cipher, mode: .cbc, padding: true)
+                defer { SecureBytes.wipe(&clear) }
+                guard let parsed = CardData(track2: String(decoding: clear, as: UTF8.self)) else {
+                    return error("4005", "card data does not parse", type: "AuthoriseResult")
+                }
+                card = parsed
+            } catch {
+                return self.error("4005", "card data does not decrypt", type: "AuthoriseResult")
+            }
+        }
+        if cvm == "OnlinePIN" {
+            guard let card, let block = Hex.decode(field("EncPinBlock")), block.count == 16 else {
+                return error("2012", "OnlinePIN without card or PIN block", type: "AuthoriseResult")
+            }
+            let pinKey = try? AESDUKPT.workingKey(transactionKey: keys.transaction, usage: .pinEncryption, keyType: .aes128, ksn: keys.ksn)
+            let pin = pinKey.flatMap { try? PINBlock.decipherFormat4(block, pan: card.pan, key: $0) }
+            byPIN = pin != nil && pin == (configuration.pins[card.pan] ?? configuration.defaultPIN)
+            if !byPIN { result = "declined"; responseCode = "55" }
+        }
+        if let card, card.expiry < now.yymm { result = "declined"; responseCode = "54" }
+        if !configuration.currencies.contains(currency) { result = "declined"; responseCode = "57" }
+
+        var original: String?
+        if paymentType == "Refund", !field("OriginalOperationID").isEmpty {
+            let id = field("OriginalOperationID")
+            guard let op = operations[id], op.approved, !op.refund else {
+                return error("3008", "original operation \(id) not found", type: "AuthoriseResult")
+            }
+            guard op.currency == currency, amount <= op.amount - op.refunded, !op.reversed else {
+                return error("3007", "refund exceeds what remains of \(id)", type: "AuthoriseResult")
+            }
+            original = id
+        } else if card == nil {
+            return error("2012", "a payment needs card data", type: "AuthoriseResult")
+        }
+        switch amount % 100 {
+        case 5 where paymentType == "Normal": result = "declined"; responseCode = "05"
+        case 51 where paymentType == "Normal": result = "declined"; responseCode = "51"
+        case 91:
+            log.append("Authorise \(field("TransactionID")) withheld (rule: amount % 100 == 91)")
+            return nil
+        default: break
+        }
+
+        operationSequence += 1
+        let operationID = "OP-" + sixDigits(operationSequence)
+        var approval = ""
+        if result == "approved" {
+            let merchant = field("MerchantID")
+            approvalSequence[merchant, default: 0] += 1
+            approval = sixDigits(approvalSequence[merchant]!)
+            if let original { operations[original]?.refunded += amount }
+        }
+        operations[operationID] = Operation(merchantID: field("MerchantID"), transactionID: field("TransactionID"), amount: amount,
+                                            currency: currency, approved: result == "approved",
+                                            signatureRequired: signatureRequired && result == "approved", refund: paymentType == "Refund")
+        log.append("Authorise \(field("TransactionID")) \(paymentType) \(amount) \(currency) → \(result) \(responseCode) \(operationID)")
+        let answer: JSONValue = [
+            "Type": "AuthoriseResult", "OperationID": .string(operationID), "Result": .string(result),
+            "ResponseCode": .string(responseCode), "ApprovalCode": .string(approval), "AuthenticatedByPin": .bool(byPIN),
+            "SignatureRequired": .bool(signatureRequired && result == "approved"), "AmountMinor": .integer(amount),
+            "CurrencyNumeric": .string(currency), "KSN": .string(field("KSN")), "TransactionID": .string(field("TransactionID")),
+        ]
+        return mac(answer, GatewayCanonical.authoriseResult(answer), key: keys.macVerification)
+    }
+
+    func sixDigits(_ n: Int) -> String { let s = String(n); return String(repeating: "0", count: max(0, 6 - s.count)) + s }
+
+    // MARK: Reverse, signature
+
+    func reverse(_ r: JSONValue) -> JSONValue {
+        let keys: Keys
+        switch verify(r, canonical: GatewayCanonical.reverse(r), type: "Reverse") {
+        case .failure(let refusal): return error(refusal.code, refusal.reason, type: "ReverseResult")
+        case .success(let k): keys = k
+        }
+        let id = r["OperationID"]?.string ?? ""
+        var answer: JSONValue = ["Type": "ReverseResult", "OperationID": .string(id), "KSN": r["KSN"] ?? ""]
+        if var op = operations[id], op.approved, !op.reversed, op.refunded == 0 {
+            op.reversed = true
+            operations[id] = op
+            answer = answer.setting("Result", "ok").setting("ReversedAmountMinor", .integer(op.amount))
+            log.append("Reverse \(id) ok")
+        } else {
+            answer = answer.setting("Result", "error").setting("Error", operations[id] == nil ? "3008" : "3007")
+            log.append("Reverse \(id) refused")
+        }
+        return mac(answer, GatewayCanonical.reverseResult(answer), key: keys.macVerification)
+    }
+
+    func signature(_ r: JSONValue, now: WallTime) -> JSONValue {
+        guard let token = r["SessionToken"]?.string, let expiry = sessions[token], now < expiry else {
+            return error("3005", "no valid session", type: "SignatureResult")
+        }
+        let id = r["OperationID"]?.string ?? ""
+        guard var op = operations[id], op.approved, op.signatureRequired, !op.signed, !op.reversed else {
+            return error("3008", "operation \(id) takes no signature", type: "SignatureResult")
+        }
+        guard let format = r["ImageFormat"]?.integer, let image = r["Image"]?.string.flatMap(Base64.decode),
+              SignatureImage.isValid(image, format: Int(format)),
+              let digest = Digest.hash(.sha256, image), Hex.encode(digest) == (r["SHA256"]?.string ?? "").uppercased() else {
+            return error("2008", "signature image invalid", type: "SignatureResult")
+        }
+        op.signed = true
+        operations[id] = op
+        log.append("Signature \(id) ok (\(image.count) bytes, format \(format))")
+        return ["Type": "SignatureResult", "Result": "ok", "OperationID": .string(id)]
+    }
+
+    // MARK: Updates
+
+    func updateCheck(_ r: JSONValue) -> JSONValue {
+        guard let update = configuration.update, let current = r["Version"]?.string,
+              UpdateOffer.isNewer(update.offer.version, than: current) else {
+            return ["Type": "UpdateOffer", "Available": false]
+        }
+        return ["Type": "UpdateOffer", "Available": true, "Update": update.offer.json]
+    }
+
+    func updateChunk(_ r: JSONValue) -> JSONValue {
+        guard let update = configuration.update, r["Version"]?.string == update.offer.version,
+              let offset = r["Offset"]?.integer, let length = r["Length"]?.integer,
+              offset >= 0, length > 0, length <= 65_536, offset <= Int64(update.image.count) else {
+            return error("2012", "bad update chunk request", type: "UpdateChunkResult")
+        }
+        let end = min(update.image.count, Int(offset + length))
+        return ["Type": "UpdateChunkResult", "Offset": .integer(offset), "Data": .string(Base64.encode(Array(update.image[Int(offset)..<end])))]
+    }
+}
+
+extension UpdateOffer {
+    /// Dotted numeric versions compared part by part ("1.10.0" > "1.9.2").
+    public static func isNewer(_ a: String, than b: String) -> Bool {
+        let x = a.split(separator: ".").map { Int($0) ?? 0 }, y = b.split(separator: ".").map { Int($0) ?? 0 }
+        for i in 0..<max(x.count, y.count) {
+            let p = i < x.count ? x[i] : 0, q = i < y.count ? y[i] : 0
+            if p != q { return p > q }
+        }
+        return false
+    }
+}
