@@ -5,7 +5,7 @@ let package = Package(
     name: "pppbridge",
     products: [
         // What terminal-proxy programs link.
-        .library(name: "PPPBridge", targets: ["Framing", "PPP", "NetStack", "Capture", "Crypto", "Payment", "Channel"]),
+        .library(name: "PPPBridge", targets: ["Framing", "PPP", "NetStack", "Capture", "Crypto", "Payment", "Channel", "PaymentKit"]),
         .executable(name: "pppbridge", targets: ["pppbridge"]),
         .executable(name: "pppbridge-bench", targets: ["PPPBridgeBench"]),
         // libFuzzer targets (Tools/fuzz.sh builds them with -sanitize=fuzzer,address); built
@@ -32,10 +32,13 @@ let package = Package(
 
         // The payment layer's sans-IO core: DUKPT, PIN blocks, TR-31, the reader protocol's
         // framing and messages, the terminal's and gateway's decisions.
-        .target(name: "Payment", dependencies: ["Crypto"]),
+        .target(name: "Payment", dependencies: ["Crypto", "NetStack"]),
 
         // The only layer that touches the OS: lines, the event loop, signals, captures.
         .target(name: "Channel", dependencies: ["CSystem", "Framing", "PPP", "NetStack", "Capture"]),
+
+        // The payment layer's programs: the terminal simulator, the gateway server, the host SDK.
+        .target(name: "PaymentKit", dependencies: ["Payment", "Channel", "NetStack", "PPP", "Crypto"]),
 
         // The command-line tool: its commands live in a library so tests can drive them.
         .target(name: "PPPBridgeCLI", dependencies: ["Framing", "PPP", "NetStack", "Capture", "Channel"]),
@@ -71,7 +74,10 @@ let package = Package(
         // Host-side helpers (loopback servers and clients) shared by the channel's tests.
         .target(name: "ChannelTestSupport", dependencies: ["Channel", "NetStack", "Crypto"], path: "Tests/ChannelTestSupport"),
         .testTarget(name: "ChannelTests", dependencies: ["Channel", "NetStack", "PPP", "Crypto", "ChannelTestSupport"]),
-        .testTarget(name: "PaymentTests", dependencies: ["Payment", "Crypto"]),
+        .testTarget(name: "PaymentTests", dependencies: ["Payment", "Crypto", "NetStack"]),
+        // The payment layer end to end: terminal simulator on a pty, our PPP link and stack, the
+        // channel's bridge and SOCKS proxy, the gateway server, the host SDK.
+        .testTarget(name: "PaymentFlowTests", dependencies: ["PaymentKit", "Payment", "Channel", "NetStack", "Crypto", "ChannelTestSupport"]),
         .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Capture"]),
         // Real peers: Debian's pppd in a QEMU VM (Tools/vmpeer) against the built `pppbridge`.
         .testTarget(name: "InteropTests", dependencies: ["pppbridge", "Crypto", "Channel", "NetStack", "ChannelTestSupport"]),

@@ -58,6 +58,7 @@ public final class SimulatedTerminal: @unchecked Sendable {
             self.down = reason
             self.result = nil
             self.wakeUpWaiters(nil)
+            self.downObserver?(reason)
         }
         sessionEvents = events
     }
@@ -143,6 +144,35 @@ public final class SimulatedTerminal: @unchecked Sendable {
         }
         line.close()
     }
+
+    /// Adds an application to the terminal's stack (it starts when the link is up). Loop thread.
+    public func add(_ application: StackApplication) {
+        attachment.add(application, now: loop.now)
+    }
+
+    /// `transfer` for code already on the loop thread: the completion runs there too.
+    public func beginTransfer(to target: TCPEndpoint, via socks: TCPEndpoint? = nil, name: String? = nil, payload: [UInt8],
+                              completion: @escaping (TransferResult) -> Void) {
+        transfers.begin(target: target, socks: socks, name: name, payload: payload, now: loop.now, completion: completion)
+        attachment.serve(now: loop.now)
+        session.service(now: loop.now)
+    }
+
+    /// Sends what applications wrote outside a stack event (a timer, another socket). Loop thread.
+    public func kick() {
+        attachment.serve(now: loop.now)
+        session.service(now: loop.now)
+    }
+
+    /// The negotiated addresses while the link is up. Loop thread.
+    public var linkResult: IPCPResult? { result }
+
+    /// Called on the loop when the link goes down.
+    public var onDown: ((LinkDownReason) -> Void)? {
+        get { downObserver }
+        set { downObserver = newValue }
+    }
+    private var downObserver: ((LinkDownReason) -> Void)?
 
     /// The stack's counters and connections, as lines for a person.
     public func report() -> [String] { loop.sync { attachment.report() } }

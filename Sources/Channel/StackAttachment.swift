@@ -121,6 +121,23 @@ public final class StackAttachment: NetworkAttachment {
         return id
     }
 
+    // Connection I/O for applications in other modules (the stack itself is a value only this
+    // module mutates).
+
+    public func read(_ id: ConnectionID, maximum: Int = .max, now: Instant) -> [UInt8] {
+        stack?.read(id, maximum: maximum, now: now) ?? []
+    }
+
+    @discardableResult
+    public func write(_ id: ConnectionID, _ bytes: [UInt8], now: Instant) -> Int {
+        stack?.write(id, bytes, now: now) ?? 0
+    }
+
+    public func shutdownWrite(_ id: ConnectionID, now: Instant) { stack?.shutdownWrite(id, now: now) }
+    public func close(_ id: ConnectionID, now: Instant) { stack?.close(id, now: now) }
+    public func abort(_ id: ConnectionID, now: Instant?) { stack?.abort(id, now: now) }
+    public func atEndOfStream(_ id: ConnectionID) -> Bool { stack?.atEndOfStream(id) ?? true }
+
     public func bindUDP(port: UInt16, for owner: StackApplication) throws(StackError) {
         guard stack != nil else { throw StackError.tooManyConnections }
         try stack!.bindUDP(port: port)

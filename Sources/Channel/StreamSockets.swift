@@ -1,0 +1,202 @@
+import Glibc
+import CSystem
+import NetStack
+
+/// A host TCP connection served by an event loop: non-blocking, bytes in through `onData`,
+/// out through `send` (queued while the socket is full), end through `onClose`. For the
+/// programs built on the channel (the payment layer's gateway, the reader client, control
+/// sockets). All methods run on the loop's thread.
+public final class StreamConnection {
+    public let loop: EventLoop
+    public private(set) var descriptor: Int32
+    public let peer: TCPEndpoint?
+    private var outgoing: [UInt8] = []
+    private var connecting: Bool
+    private var writeShutdownPending = false
+    private var closed = false
+    /// Bytes as they arrive.
+    public var onData: (([UInt8]) -> Void)?
+    /// The peer finished sending (half-close); the connection may still send.
+    public var onEndOfStream: (() -> Void)?
+    /// Once, when the connection is gone; nil error means an orderly close.
+    public var onClose: ((SystemError?) -> Void)?
+    /// Once, when an outgoing connection is established.
+    public var onConnected: (() -> Void)?
+    public private(set) var bytesIn = 0
+    public private(set) var bytesOut = 0
+
+    init(loop: EventLoop, descriptor: Int32, peer: TCPEndpoint?, connecting: Bool) {
+        self.loop = loop
+        self.descriptor = descriptor
+        self.peer = peer
+        self.connecting = connecting
+    }
+
+    /// Starts connecting to `endpoint`; `onConnected` or `onClose` follows.
+    public static func connect(to endpoint: TCPEndpoint, loop: EventLoop) throws(SystemError) -> StreamConnection {
+        let fd = try HostSocket.connect(to: endpoint)
+        let c = StreamConnection(loop: loop, descriptor: fd, peer: endpoint, connecting: true)
+        do throws(SystemError) { try c.register() } catch {
+            Glibc.close(fd)
+            throw error
+        }
+        return c
+    }
+
+    func register() throws(SystemError) {
+        try loop.register(descriptor, events: interest) { [weak self] events in self?.handle(events) }
+    }
+
+    /// The peer's end of stream was seen (and handed to `onEndOfStream`).
+    private var readDone = false
+
+    private var interest: UInt32 {
+        let read: UInt32 = readDone ? 0 : EPOLLIN.rawValue | EPOLLRDHUP.rawValue
+        return connecting || !outgoing.isEmpty ? read | EPOLLOUT.rawValue : read
+    }
+
+    public var isOpen: Bool { !closed }
+
+    public func send(_ bytes: [UInt8]) {
+        guard !closed else { return }
+        outgoing += bytes
+        if !connecting { flush() }
+        loop.setInterest(descriptor, interest)
+    }
+
+    /// Half-closes once everything queued has been sent.
+    public func shutdownWrite() {
+        writeShutdownPending = true
+        if outgoing.isEmpty && !connecting { finishWriting() }
+    }
+
+    private func finishWriting() {
+        Glibc.shutdown(descriptor, Int32(SHUT_WR))
+        // Both directions done: the connection is over.
+        if readDone { finish(nil) }
+    }
+
+    /// Closes now (what is still queued is dropped); `onClose` is not called.
+    public func close(reset: Bool = false) {
+        guard !closed else { return }
+        closed = true
+        loop.unregister(descriptor)
+        if reset { HostSocket.closeWithReset(descriptor) } else { Glibc.close(descriptor) }
+        onData = nil
+        onClose = nil
+        onConnected = nil
+        onEndOfStream = nil
+    }
+
+    private func finish(_ error: SystemError?) {
+        guard !closed else { return }
+        let callback = onClose
+        close()
+        callback?(error)
+    }
+
+    private func flush() {
+        while !outgoing.isEmpty {
+            do throws(SystemError) {
+                let n = try HostSocket.send(descriptor, outgoing[...])
+                if n == 0 { break }
+                bytesOut += n
+                outgoing.removeFirst(n)
+            } catch {
+                finish(error)
+                return
+            }
+        }
+        if outgoing.isEmpty && writeShutdownPending { finishWriting() }
+    }
+
+    private func handle(_ events: UInt32) {
+        if connecting {
+            if events & (EPOLLOUT.rawValue | EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 {
+                let e = HostSocket.pendingError(descriptor)
+                if e != 0 { return finish(SystemError("connect \(peer.map { "\($0)" } ?? "")", errno: e)) }
+                connecting = false
+                onConnected?()
+                if closed { return }
+                flush()
+                if closed { return }
+                loop.setInterest(descriptor, interest)
+            }
+            return
+        }
+        if events & EPOLLOUT.rawValue != 0 {
+            flush()
+            if closed { return }
+            loop.setInterest(descriptor, interest)
+        }
+        if events & (EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
+            var buffer = [UInt8](repeating: 0, count: 65_536)
+            while !closed {
+                let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { recv(descriptor, b.baseAddress, b.count, 0) } }
+                if n > 0 {
+                    bytesIn += n
+                    onData?(Array(buffer[0..<n]))
+                    continue
+                }
+                if n == 0 {
+                    // End of stream: with an `onEndOfStream` the connection lives on until our
+                    // side shuts down too; without one it is over.
+                    guard let eos = onEndOfStream else { return finish(nil) }
+                    onEndOfStream = nil
+                    readDone = true
+                    eos()
+                    if closed { return }
+                    if writeShutdownPending && outgoing.isEmpty { return finish(nil) }
+                    loop.setInterest(descriptor, interest)
+                    return
+                }
+                if errno == EAGAIN || errno == EWOULDBLOCK { break }
+                return finish(SystemError("recv"))
+            }
+        }
+    }
+}
+
+/// A listening host TCP socket on an event loop; every accepted client becomes a
+/// `StreamConnection` handed to `onAccept`.
+public final class StreamListener {
+    public let loop: EventLoop
+    public let descriptor: Int32
+    public let endpoint: TCPEndpoint
+    private var onAccept: ((StreamConnection) -> Void)?
+    private var closed = false
+
+    /// Listens on `endpoint` (port 0 picks a free one; `endpoint` then tells it).
+    public init(on endpoint: TCPEndpoint, loop: EventLoop, onAccept: @escaping (StreamConnection) -> Void) throws(SystemError) {
+        let fd = try HostSocket.listen(on: endpoint)
+        self.loop = loop
+        descriptor = fd
+        self.endpoint = HostSocket.localEndpoint(fd) ?? endpoint
+        self.onAccept = onAccept
+        do throws(SystemError) {
+            try loop.register(fd, events: EPOLLIN.rawValue) { [weak self] _ in self?.acceptAll() }
+        } catch {
+            Glibc.close(fd)
+            throw error
+        }
+    }
+
+    private func acceptAll() {
+        while !closed, let (fd, peer) = HostSocket.accept(descriptor) {
+            let c = StreamConnection(loop: loop, descriptor: fd, peer: peer, connecting: false)
+            do throws(SystemError) { try c.register() } catch {
+                Glibc.close(fd)
+                continue
+            }
+            onAccept?(c)
+        }
+    }
+
+    public func close() {
+        guard !closed else { return }
+        closed = true
+        loop.unregister(descriptor)
+        Glibc.close(descriptor)
+        onAccept = nil
+    }
+}

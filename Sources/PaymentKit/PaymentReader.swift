@@ -1,0 +1,836 @@
+import Channel
+import Crypto
+import Glibc
+import NetStack
+import Payment
+
+/// The host SDK: one reader at a time over the PPP channel, async/await calls with delegate
+/// callbacks in the seeds' shape. One operation at a time (a second gets `busy` and changes
+/// nothing); unexpected disconnects are reconnected with exactly one did-start and then exactly
+/// one did-succeed or did-fail, and a payment in flight is recovered with TransactionStatus.
+/// All state lives on the event loop; the delegate is called there.
+public final class PaymentReader: @unchecked Sendable {
+    public let loop: EventLoop
+    public weak var delegate: PaymentReaderDelegate?
+
+    /// What the reader said at the last login.
+    public struct Info: Sendable, Equatable {
+        public var serialNumber: String
+        public var softwareVersion: String
+        public var batteryLevel: String?
+        public var transactionsRemaining: Int64?
+        public var availableUpdate: ReaderSoftwareUpdate?
+        public var locationID: String
+    }
+
+    private var stateValue: PaymentState = .ready
+    private var link: ReaderLink?
+    private var path: String?
+    private var serial: String?
+    private var configuration: ReaderConnectionConfiguration?
+    private var infoValue: Info?
+    private var offer: UpdateOffer?
+    private var payment: PaymentOperation?
+    private var simple: SimpleOperation?
+    private var episode: Episode?
+    private var install: Install?
+    private var explicitDisconnect = false
+    private var nextEpisode = 0
+    private var connectTimer: Int?
+    /// Every byte of the reader connection and of the SDK's gateway exchanges, when asked for.
+    public var recordsBytes = false
+    private var wire: [UInt8] = []
+
+    public init(loop: EventLoop = .shared) { self.loop = loop }
+
+    public var state: PaymentState { loop.sync { stateValue } }
+    public var info: Info? { loop.sync { infoValue } }
+    public var isConnected: Bool { loop.sync { link?.up == true && infoValue != nil } }
+    public var recorded: [UInt8] { loop.sync { wire } }
+    /// The channel of the current connection (status, addresses), if any.
+    public var channel: Channel? { loop.sync { link?.channel } }
+
+    struct PaymentOperation {
+        var serviceID: String
+        var saleID: String
+        var transactionID: String
+        var amount: Int64
+        var currency: Currency
+        var finish: (Result<PaymentOutcome, PaymentError>) -> Void
+        var recovering = false
+    }
+
+    struct SimpleOperation {
+        var name: String
+        var finish: (Result<PaymentOutcome?, PaymentError>) -> Void
+    }
+
+    struct Episode {
+        var id: Int
+        var silent: Bool
+        var deadline: Instant
+        var attempt = 0
+        var timer: Int?
+        var deadlineTimer: Int?
+        var candidate: ReaderLink?
+    }
+
+    struct Install {
+        var update: ReaderSoftwareUpdate
+        var offer: UpdateOffer
+        /// The connect this required update belongs to, if any.
+        var duringConnect: ((Result<Void, PaymentError>) -> Void)?
+        var finish: ((Result<Void, PaymentError>) -> Void)?
+        var lastProgress: Float = -1
+        var restarting = false
+    }
+
+    private var lastOutcome: PaymentOutcome?
+
+    // MARK: Plumbing
+
+    /// Runs `body` on the loop with a completion that resumes the caller exactly once.
+    private func run<T: Sendable>(_ body: (@escaping (Result<T, PaymentError>) -> Void) -> Void) async throws(PaymentError) -> T {
+        let result = await withCheckedContinuation { (c: CheckedContinuation<Result<T, PaymentError>, Never>) in
+            let once = Once(c)
+            loop.sync { body { once.resume($0) } }
+        }
+        return try result.get()
+    }
+
+    private func setState(_ s: PaymentState) {
+        guard s != stateValue else { return }
+        stateValue = s
+        delegate?.reader(self, didChangeState: s)
+    }
+
+    private func busy<T>(_ finish: (Result<T, PaymentError>) -> Void) -> Bool {
+        if !stateValue.isIdle || simple != nil || install != nil {
+            finish(.failure(PaymentError(.busy, "an operation is in progress (\(stateValue))")))
+            return true
+        }
+        return false
+    }
+
+    private var scale: Double { configuration?.backoffScale ?? 1 }
+
+    // MARK: Connect
+
+    /// Connects to the reader whose line is at `path` (its name is the reader's serial number),
+    /// logs in with the location, and installs a required update before returning.
+    public func connect(path: String, serialNumber: String? = nil, configuration: ReaderConnectionConfiguration) async throws(PaymentError) {
+        let _: Bool = try await run { finish in
+            connectOnLoop(path: path, serial: serialNumber, configuration: configuration) { r in finish(r.map { true }) }
+        }
+    }
+
+    private func connectOnLoop(path: String, serial: String?, configuration c: ReaderConnectionConfiguration,
+                               finish: @escaping (Result<Void, PaymentError>) -> Void) {
+        if busy(finish) { return }
+        guard ReaderConnectionConfiguration.isValidLocation(c.locationID) else {
+            return finish(.failure(PaymentError(.invalidLocationId, "location id must match [A-Za-z0-9_-]{1,64}")))
+        }
+        guard link == nil else { return finish(.failure(PaymentError(.busy, "already connected"))) }
+        guard access(path, F_OK) == 0 else { return finish(.failure(PaymentError(.readerNotFound, path))) }
+        self.path = path
+        self.serial = serial ?? String(path.split(separator: "/").last ?? "")
+        self.configuration = c
+        explicitDisconnect = false
+        setState(.connecting)
+        let done: (Result<Void, PaymentError>) -> Void = { [weak self] r in
+            guard let self else { return }
+            if let t = self.connectTimer { self.loop.cancelTimer(t) }
+            self.connectTimer = nil
+            switch r {
+            case .success: self.setState(.ready)
+            case .failure(let e):
+                self.link?.teardown()
+                self.link = nil
+                self.infoValue = nil
+                self.setState(.failed(e.code))
+            }
+            finish(r)
+        }
+        var finished = false
+        let once: (Result<Void, PaymentError>) -> Void = { r in
+            guard !finished else { return }
+            finished = true
+            done(r)
+        }
+        connectTimer = loop.schedule(at: loop.now + c.connectTimeout) { [weak self] in
+            guard let self, self.install == nil else { return }
+            self.connectTimer = nil
+            once(.failure(PaymentError(.connectTimedOut, "no reader login within \(c.connectTimeout)")))
+        }
+        establish { [weak self] r in
+            guard let self else { return }
+            switch r {
+            case .failure(let e): once(.failure(e))
+            case .success(let l):
+                self.adopt(l)
+                if let offer = self.offer, offer.isRequired(at: Self.wallNow()) {
+                    if let t = self.connectTimer { self.loop.cancelTimer(t) }
+                    self.connectTimer = nil
+                    self.startInstall(offer, duringConnect: once, finish: nil)
+                } else {
+                    if let update = self.infoValue?.availableUpdate { self.delegate?.reader(self, didReportAvailableUpdate: update) }
+                    once(.success(()))
+                }
+            }
+        }
+    }
+
+    static func wallNow() -> WallTime {
+        var t = timespec()
+        clock_gettime(CLOCK_REALTIME, &t)
+        return WallTime(seconds: Int64(t.tv_sec))
+    }
+
+    /// Opens a link and logs in; the link is handed over only when the login succeeded.
+    private func establish(_ completion: @escaping (Result<ReaderLink, PaymentError>) -> Void) {
+        guard let path, let configuration else { return completion(.failure(PaymentError(.notConnected))) }
+        let l = ReaderLink(path: path, configuration: configuration, loop: loop)
+        l.setPOIID(serial ?? "UNKNOWN")
+        l.observer = { [weak self] bytes in
+            guard let self, self.recordsBytes else { return }
+            self.wire += bytes
+        }
+        if episode != nil { episode?.candidate = l }
+        l.open { [weak self, l] error in
+            guard let self else { return }
+            if let error { return completion(.failure(error)) }
+            self.login(l, completion)
+        }
+    }
+
+    private func login(_ l: ReaderLink, _ completion: @escaping (Result<ReaderLink, PaymentError>) -> Void) {
+        guard let c = configuration else { return }
+        var ext: JSONValue = ["LocationID": .string(c.locationID), "Environment": .string(c.environment), "AppLicence": .string(c.licence),
+                              "MerchantID": .string(c.merchantID), "TerminalID": .string(c.terminalID)]
+        if let token = c.sessionToken { ext = ext.setting("SessionToken", .string(token)) }
+        l.request(.login, body: [
+            "DateTime": .string(Self.wallNow().description),
+            "SaleSoftware": ["ProviderIdentification": "pppbridge", "ApplicationName": "pppbridge", "SoftwareVersion": "0.1.0", "CertificationCode": "none"],
+            "SaleTerminalData": ["TerminalEnvironment": "Attended", "SaleCapabilities": ["CashierDisplay", "CashierStatus", "PrinterReceipt"]],
+            "OperatorLanguage": "en",
+            "Ext": ext,
+        ]) { [weak self, l] response in
+            guard let self else { return }
+            let status = PaymentResponseStatus(json: response.body["Response"])
+            guard response.header.poiID == l.poiID, response.header.saleID == c.saleID else {
+                l.teardown()
+                return completion(.failure(PaymentError(.messageFormat, "login answer does not echo SaleID/POIID")))
+            }
+            guard status?.result == .success else {
+                l.teardown()
+                if status?.value("reason") == "TestKeysInProduction" {
+                    return completion(.failure(PaymentError(.environmentMismatch, "the reader holds test keys")))
+                }
+                return completion(.failure(PaymentError(.readerLoginFailed, status.map { "\($0.json.text)" } ?? "no status")))
+            }
+            let system = response.body["POISystemData"]
+            let ext = response.body["Ext"]
+            let offer = UpdateOffer(json: ext?["AvailableUpdate"])
+            self.offer = offer
+            self.infoValue = Info(serialNumber: system?["POITerminalData"]?["POISerialNumber"]?.string ?? l.poiID,
+                                  softwareVersion: system?["POISoftware"]?["SoftwareVersion"]?.string ?? "",
+                                  batteryLevel: { if case .number(let t)? = ext?["Battery"]?["Level"] { return t }; return nil }(),
+                                  transactionsRemaining: ext?["KeyProfile"]?["TransactionsRemaining"]?.integer,
+                                  availableUpdate: offer.map { ReaderSoftwareUpdate(deviceSoftwareVersion: $0.version, durationEstimate: $0.durationEstimate,
+                                                                                     requiredAt: $0.requiredAt, size: $0.size) },
+                                  locationID: ext?["LocationID"]?.string ?? c.locationID)
+            completion(.success(l))
+        }
+    }
+
+    /// Makes `l` the current link.
+    private func adopt(_ l: ReaderLink) {
+        link = l
+        l.onMessage = { [weak self, weak l] m in
+            guard let self, let l else { return }
+            self.handle(m, on: l)
+        }
+        l.onLost = { [weak self, weak l] reason in
+            guard let self, let l else { return }
+            self.lost(l, reason)
+        }
+    }
+
+    /// Logs out and closes the link (reason disconnectRequested).
+    public func disconnect() async {
+        let l: ReaderLink? = loop.sync {
+            explicitDisconnect = true
+            if let e = episode { endEpisode(e.id, .failure(PaymentError(.connectionLost, "disconnected"))) }
+            guard let l = link else { return nil }
+            l.request(.logout, body: [:])
+            link = nil
+            infoValue = nil
+            return l
+        }
+        guard let l else { return }
+        try? await Task.sleep(for: .milliseconds(50))
+        await l.close()
+        loop.sync {
+            failInFlight(PaymentError(.connectionLost, "disconnected"))
+            delegate?.reader(self, didDisconnect: .disconnectRequested)
+            if !stateValue.isIdle { setState(.ready) }
+        }
+    }
+
+    // MARK: Messages from the reader
+
+    private func handle(_ m: PaymentMessage, on l: ReaderLink) {
+        let h = m.header
+        switch (h.messageClass, h.type) {
+        case (.device, .request):
+            switch h.category {
+            case .display:
+                for output in m.body["DisplayOutput"]?.array ?? [] {
+                    let text = output["OutputContent"]?["OutputText"]?.array?.compactMap { $0["Text"]?.string }.joined(separator: " ") ?? ""
+                    delegate?.reader(self, didReport: .display(readerMessage: output["Ext"]?["ReaderMessage"]?.string ?? "", text: text))
+                }
+                l.answer(m, body: ["OutputResult": [["Device": "CashierDisplay", "InfoQualify": "Status", "Response": ["Result": "Success"]]]])
+            case .print:
+                let lines = m.body["PrintOutput"]?["OutputContent"]?["OutputText"]?.array?.compactMap { $0["Text"]?.string } ?? []
+                delegate?.reader(self, didReport: .receipt(lines))
+                l.answer(m, body: ["Response": ["Result": "Success"], "DocumentQualifier": m.body["PrintOutput"]?["DocumentQualifier"] ?? "CustomerReceipt"])
+            case .transmit:
+                relay(m, on: l)
+            default:
+                l.answer(m, body: ["Response": PaymentResponseStatus.failure(.notAllowed).json])
+            }
+        case (.event, .notification):
+            event(m.body, on: l)
+        case (.service, .response):
+            // A payment's answer arriving on a new connection after a reconnect.
+            if h.category == .payment, let p = payment, p.serviceID == h.identifier, p.saleID == h.saleID {
+                paymentAnswered(m.body, recovered: true)
+            }
+        default:
+            break
+        }
+    }
+
+    private func event(_ body: JSONValue, on l: ReaderLink) {
+        let name = body["EventToNotify"]?.string ?? ""
+        let details = FormEncoding.decode(body["EventDetails"]?.string ?? "")
+        func detail(_ k: String) -> String? { details.first { $0.0 == k }?.1 }
+        switch name {
+        case "ExtPhase":
+            let phase = body["Ext"]?["Phase"]?.string ?? ""
+            if phase == "Authorizing", stateValue == .interaction { setState(.authorizing) }
+            delegate?.reader(self, didReport: .phase(phase))
+        case "CardInserted": delegate?.reader(self, didReport: .cardInserted)
+        case "CardRemoved": delegate?.reader(self, didReport: .cardRemoved)
+        case "Shutdown":
+            l.shutdownReason = DisconnectReason(name: detail("reason") ?? "")
+        case "ExtUpdateProgress":
+            guard var i = install else { break }
+            var p: Float = 0
+            if case .number(let t)? = body["Ext"]?["Progress"] { p = Float(t) ?? 0 } else if let n = body["Ext"]?["Progress"]?.integer { p = Float(n) }
+            // Reported non-decreasing.
+            if p >= i.lastProgress {
+                i.lastProgress = p
+                install = i
+                delegate?.reader(self, didReportReaderSoftwareUpdateProgress: p)
+            }
+        case "EndMaintenance":
+            guard var i = install else { break }
+            switch detail("result") {
+            case "ok":
+                i.restarting = true
+                install = i
+            case "updateCanceled": finishInstall(.failure(PaymentError(.updateCanceled)))
+            default: finishInstall(.failure(PaymentError(.updateIntegrity, "the reader refused the image")))
+            }
+        default:
+            delegate?.reader(self, didReport: .notification(name, details: body["EventDetails"]?.string ?? ""))
+        }
+    }
+
+    // MARK: Payments
+
+    /// A payment of `amountMinor` minor units. Declines come back as outcomes; failures throw.
+    public func startPayment(amountMinor: Int64, currency: Currency, transactionID: String) async throws(PaymentError) -> PaymentOutcome {
+        try await run { finish in paymentOnLoop(type: "Normal", amount: amountMinor, currency: currency, transactionID: transactionID, original: nil, finish: finish) }
+    }
+
+    /// The same with the amount as decimal text ("10.50"), parsed exactly in the currency's exponent.
+    public func startPayment(amount: String, currency: Currency, transactionID: String) async throws(PaymentError) -> PaymentOutcome {
+        guard let minor = currency.parse(amount) else {
+            throw PaymentError(.invalidAmount, "\"\(amount)\" is not an amount in \(currency.code) (\(currency.exponent) decimals)")
+        }
+        return try await startPayment(amountMinor: minor, currency: currency, transactionID: transactionID)
+    }
+
+    /// A refund referencing an earlier operation (no card needed).
+    public func startRefund(amountMinor: Int64, currency: Currency, transactionID: String, originalOperationID: String) async throws(PaymentError) -> PaymentOutcome {
+        try await run { finish in paymentOnLoop(type: "Refund", amount: amountMinor, currency: currency, transactionID: transactionID, original: originalOperationID, finish: finish) }
+    }
+
+    static func isTransactionID(_ s: String) -> Bool {
+        let c = Array(s.utf8)
+        func digit(_ b: UInt8) -> Bool { b >= 48 && b <= 57 }
+        guard (4...12).contains(c.count), c.prefix(4).allSatisfy(digit) else { return false }
+        return c.dropFirst(4).allSatisfy { digit($0) || ($0 | 0x20 >= 97 && $0 | 0x20 <= 122) }
+    }
+
+    private func paymentOnLoop(type: String, amount: Int64, currency: Currency, transactionID: String, original: String?,
+                               finish: @escaping (Result<PaymentOutcome, PaymentError>) -> Void) {
+        if busy(finish) { return }
+        guard let l = link, l.up, infoValue != nil else { return finish(.failure(PaymentError(.notConnected))) }
+        guard (1...999_999_999_999).contains(amount) else { return finish(.failure(PaymentError(.invalidAmount, "\(amount)"))) }
+        guard Currency.known.contains(currency) else { return finish(.failure(PaymentError(.unsupportedCurrency, currency.code))) }
+        guard Self.isTransactionID(transactionID) else { return finish(.failure(PaymentError(.invalidTransactionID, transactionID))) }
+        setState(.interaction)
+        var ext: JSONValue = ["Route": "TerminalDirect"]
+        ext = ext.setting("OriginalOperationID", original.map { .string($0) } ?? .null)
+        let sid = l.request(.payment, body: [
+            "SaleData": ["SaleTransactionID": ["TransactionID": .string(transactionID), "TimeStamp": .string(Self.wallNow().description)]],
+            "PaymentTransaction": ["AmountsReq": ["Currency": .string(currency.code), "CurrencyNumeric": .string(currency.numeric),
+                                                  "RequestedAmountMinor": .integer(amount)]],
+            "PaymentData": ["PaymentType": .string(type)],
+            "Ext": ext,
+        ]) { [weak self] response in self?.paymentAnswered(response.body, recovered: false) }
+        payment = PaymentOperation(serviceID: sid, saleID: l.configuration.saleID, transactionID: transactionID, amount: amount,
+                                   currency: currency, finish: finish)
+    }
+
+    private func paymentAnswered(_ body: JSONValue, recovered: Bool) {
+        guard let p = payment else { return }
+        payment = nil
+        let status = PaymentResponseStatus(json: body["Response"]) ?? .failure(.messageFormat)
+        let result = body["PaymentResult"]
+        let ext = body["Ext"]
+        var outcome = PaymentOutcome(
+            result: status.result == .success ? .approved : .declined,
+            responseCode: ext?["ResponseCode"]?.string ?? status.value("ResponseCode") ?? "",
+            approvalCode: result?["PaymentAcquirerData"]?["ApprovalCode"]?.string,
+            operationID: ext?["OperationID"]?.string,
+            poiTransactionID: body["POIData"]?["POITransactionID"]?["TransactionID"]?.string,
+            transactionID: p.transactionID, amountMinor: result?["AmountsResp"]?["AuthorizedAmountMinor"]?.integer ?? p.amount,
+            currency: p.currency, maskedPAN: result?["PaymentInstrumentData"]?["CardData"]?["MaskedPan"]?.string,
+            authenticatedByPin: ext?["AuthenticatedByPin"]?.bool ?? false, signatureRequired: ext?["SignatureRequired"]?.bool ?? false)
+        outcome.recovered = recovered
+        if status.result == .success {
+            lastOutcome = outcome
+            setState(outcome.signatureRequired ? .signature : .finished)
+            return p.finish(.success(outcome))
+        }
+        switch status.errorCondition {
+        case .refusal?, .wrongPIN?:
+            setState(.finished)
+            p.finish(.success(outcome))
+        default:
+            let error = Self.map(status)
+            setState(.failed(error.code))
+            p.finish(.failure(error))
+        }
+    }
+
+    /// A terminal's failure as an SDK error.
+    static func map(_ s: PaymentResponseStatus) -> PaymentError {
+        let reason = s.value("reason") ?? ""
+        let code = s.value("code").flatMap { Int($0) }.flatMap(PaymentErrorCode.init(rawValue:))
+        let text = s.json.text
+        switch s.errorCondition {
+        case .aborted?: return PaymentError(reason == "SubmissionDeclined" ? .submissionDeclined : .canceled, text)
+        case .cancel?: return PaymentError(.canceled, text)
+        case .busy?: return PaymentError(.busy, text)
+        case .loggedOut?: return PaymentError(.notLoggedIn, text)
+        case .messageFormat?: return PaymentError(reason == "InvalidAmount" ? .invalidAmount : .messageFormat, text)
+        case .notAllowed?:
+            if let code { return PaymentError(code, text) }
+            switch reason {
+            case "UnsupportedCurrency": return PaymentError(.unsupportedCurrency, text)
+            case "InvalidTransactionID", "DuplicateTransactionID": return PaymentError(.invalidTransactionID, text)
+            case "TestKeysInProduction": return PaymentError(.environmentMismatch, text)
+            default: return PaymentError(.messageFormat, text)
+            }
+        case .notFound?: return PaymentError(code ?? .originalNotFound, text)
+        case .unreachableHost?: return PaymentError(code == .responseMacInvalid || reason == "ResponseMacInvalid" ? .responseMacInvalid : (code ?? .gatewayUnreachable), text)
+        case .deviceOut?: return PaymentError(.ksnExhausted, text)
+        case .refusal?: return PaymentError(.declined, text)
+        case .wrongPIN?: return PaymentError(.wrongPIN, text)
+        default: return PaymentError(code ?? .messageFormat, text)
+        }
+    }
+
+    /// Cancels what can be cancelled: a payment still waiting for the card (AbortRequest), a
+    /// connect in progress. Ignored later.
+    public func cancel() {
+        loop.sync {
+            switch stateValue {
+            case .interaction:
+                guard let p = payment, let l = link else { return }
+                l.request(.abort, body: ["MessageReference": ["MessageCategory": "Payment", "ServiceID": .string(p.serviceID), "SaleID": .string(p.saleID)],
+                                         "AbortReason": "MerchantAbort"])
+            case .connecting:
+                if let t = connectTimer { loop.cancelTimer(t) }
+                connectTimer = nil
+                link?.teardown()
+                link = nil
+                setState(.failed(.canceled))
+            default:
+                break
+            }
+        }
+    }
+
+    // MARK: Signature
+
+    /// Sends the customer's signature for the approved payment waiting in `signature` state.
+    public func submitSignature(image: [UInt8], format: Int) async throws(PaymentError) {
+        let _: Bool = try await run { finish in
+            guard stateValue == .signature, let outcome = lastOutcome, let c = configuration else {
+                return finish(.failure(PaymentError(.busy, "no payment waits for a signature")))
+            }
+            guard SignatureImage.isValid(image, format: format) else {
+                return finish(.failure(PaymentError(.invalidSignatureImage, "format \(format) does not match the image's magic bytes or size")))
+            }
+            guard let token = c.sessionToken else { return finish(.failure(PaymentError(.loginFailed, "no gateway session"))) }
+            let request: JSONValue = ["Type": "Signature", "SessionToken": .string(token), "OperationID": .string(outcome.operationID ?? ""),
+                                      "ImageFormat": .integer(Int64(format)), "Image": .string(Base64.encode(image)),
+                                      "SHA256": .string(Hex.encode(Digest.hash(.sha256, image) ?? []))]
+            GatewayClient.exchange(request, with: c.gateway, loop: loop, timeout: .seconds(10), observer: recordsBytes ? { [weak self] in self?.wire += $0 } : nil) { [weak self] answer in
+                guard let self else { return }
+                guard let answer else { return finish(.failure(PaymentError(.gatewayUnreachable))) }
+                if answer["Result"]?.string == "ok" {
+                    self.setState(.finished)
+                    finish(.success(true))
+                } else {
+                    let code = answer["Error"]?.string.flatMap { Int($0) }.flatMap(PaymentErrorCode.init(rawValue:)) ?? .invalidSignatureImage
+                    finish(.failure(PaymentError(code, answer["Reason"]?.string ?? "")))
+                }
+            }
+        }
+    }
+
+    /// The customer would not sign: the payment is reversed.
+    public func declineSignature() async throws(PaymentError) -> PaymentOutcome {
+        try await run { finish in
+            guard stateValue == .signature, let outcome = lastOutcome, let l = link else {
+                return finish(.failure(PaymentError(.busy, "no payment waits for a signature")))
+            }
+            reversal(outcome, reason: "MerchantCancel", on: l, finish: finish)
+        }
+    }
+
+    /// Reverses an approved payment of this session (void).
+    public func reverse(_ outcome: PaymentOutcome, reason: String = "MerchantCancel") async throws(PaymentError) -> PaymentOutcome {
+        try await run { finish in
+            if busy(finish) { return }
+            guard let l = link else { return finish(.failure(PaymentError(.notConnected))) }
+            setState(.authorizing)
+            reversal(outcome, reason: reason, on: l, finish: finish)
+        }
+    }
+
+    private func reversal(_ outcome: PaymentOutcome, reason: String, on l: ReaderLink, finish: @escaping (Result<PaymentOutcome, PaymentError>) -> Void) {
+        l.request(.reversal, body: [
+            "OriginalPOITransaction": ["SaleID": .string(l.configuration.saleID), "POIID": .string(l.poiID),
+                                       "POITransactionID": ["TransactionID": .string(outcome.poiTransactionID ?? ""), "TimeStamp": .string(Self.wallNow().description)]],
+            "ReversalReason": .string(reason),
+        ]) { [weak self] response in
+            guard let self else { return }
+            let status = PaymentResponseStatus(json: response.body["Response"]) ?? .failure(.messageFormat)
+            if status.result == .success {
+                var o = outcome
+                o.result = .reversed
+                self.setState(.finished)
+                finish(.success(o))
+            } else {
+                let e = Self.map(status)
+                self.setState(.failed(e.code))
+                finish(.failure(e))
+            }
+        }
+    }
+
+    // MARK: Reboot, diagnosis, updates
+
+    /// Reboots the reader (idle only). It disconnects with `rebootRequested`; no reconnect.
+    public func rebootReader() async throws(PaymentError) {
+        let _: Bool = try await run { finish in
+            if busy(finish) { return }
+            guard let l = link else { return finish(.failure(PaymentError(.notConnected))) }
+            l.request(.admin, body: ["ServiceIdentification": "Reboot"]) { response in
+                let status = PaymentResponseStatus(json: response.body["Response"])
+                finish(status?.result == .success ? .success(true) : .failure(Self.map(status ?? .failure(.messageFormat))))
+            }
+        }
+    }
+
+    /// Asks the reader for its state; with `host` it also pings the gateway through the proxy.
+    public func diagnose(host: Bool = false) async throws(PaymentError) -> JSONValue {
+        try await run { finish in
+            guard let l = link else { return finish(.failure(PaymentError(.notConnected))) }
+            l.request(.diagnosis, body: ["HostDiagnosisFlag": .bool(host)]) { finish(.success($0.body)) }
+        }
+    }
+
+    /// Installs the optional update the reader offered; returns when the reader runs it.
+    public func installAvailableUpdate() async throws(PaymentError) {
+        let _: Bool = try await run { finish in
+            if busy(finish) { return }
+            guard link != nil, let offer else { return finish(.failure(PaymentError(.notConnected, "no update available"))) }
+            startInstall(offer, duringConnect: nil) { finish($0.map { true }) }
+        }
+    }
+
+    private func startInstall(_ offer: UpdateOffer, duringConnect: ((Result<Void, PaymentError>) -> Void)?,
+                              finish: ((Result<Void, PaymentError>) -> Void)?) {
+        guard let l = link else { return }
+        let update = ReaderSoftwareUpdate(deviceSoftwareVersion: offer.version, durationEstimate: offer.durationEstimate,
+                                          requiredAt: offer.requiredAt, size: offer.size)
+        install = Install(update: update, offer: offer, duringConnect: duringConnect, finish: finish)
+        let cancelable = Cancelable(loop: loop) { [weak self] in
+            guard let self, let i = self.install, !i.restarting, let l = self.link else { return }
+            l.request(.admin, body: ["ServiceIdentification": "CancelUpdate"])
+        }
+        delegate?.reader(self, didStartInstallingUpdate: update, cancelable: cancelable)
+        l.request(.admin, body: ["ServiceIdentification": "InstallUpdate"]) { [weak self] response in
+            guard let self else { return }
+            if PaymentResponseStatus(json: response.body["Response"])?.result != .success {
+                self.finishInstall(.failure(PaymentError(.updateIntegrity, "the reader did not start the update")))
+            }
+        }
+    }
+
+    private func finishInstall(_ r: Result<Void, PaymentError>) {
+        guard let i = install else { return }
+        install = nil
+        switch r {
+        case .success:
+            delegate?.reader(self, didFinishInstallingUpdate: i.update, error: nil)
+        case .failure(let e):
+            delegate?.reader(self, didFinishInstallingUpdate: i.update, error: e)
+        }
+        if let connect = i.duringConnect {
+            switch r {
+            case .success: connect(.success(()))
+            case .failure(let e):
+                // A required update that does not install leaves a reader we cannot use.
+                connect(.failure(e.code == .updateCanceled ? PaymentError(.unsupportedReaderVersion, "required update canceled") : e))
+            }
+        }
+        i.finish?(r)
+    }
+
+    // MARK: Loss and reconnection
+
+    private func lost(_ l: ReaderLink, _ channelReason: ChannelCloseReason?) {
+        guard l === link else { return }
+        link = nil
+        var reason = l.shutdownReason ?? (explicitDisconnect ? .disconnectRequested : .unknown)
+        if l.shutdownReason == nil, let r = channelReason, case .echoTimeout = r { reason = .linkTimeout }
+        if let i = install, i.restarting || reason == .updateRestart {
+            // The reader restarts into the new version: reconnect without telling the app.
+            return startEpisode(silent: true, reason: reason)
+        }
+        if install != nil { finishInstall(.failure(PaymentError(.connectionLost))) }
+        if reason.isExpected || !(configuration?.autoReconnectOnUnexpectedDisconnect ?? false) {
+            infoValue = nil
+            failInFlight(PaymentError(.connectionLost, "reader disconnected: \(reason)"))
+            delegate?.reader(self, didDisconnect: reason)
+            return
+        }
+        startEpisode(silent: false, reason: reason)
+    }
+
+    private func failInFlight(_ e: PaymentError) {
+        if let p = payment {
+            payment = nil
+            setState(.failed(e.code))
+            p.finish(.failure(e))
+        } else if stateValue == .signature {
+            setState(.failed(e.code))
+        }
+    }
+
+    private static let backoff: [Double] = [0.5, 1, 2, 4, 8]
+
+    private func startEpisode(silent: Bool, reason: DisconnectReason) {
+        guard let c = configuration else { return }
+        nextEpisode += 1
+        let id = nextEpisode
+        var e = Episode(id: id, silent: silent, deadline: loop.now + c.reconnectTimeout)
+        e.deadlineTimer = loop.schedule(at: e.deadline) { [weak self] in
+            self?.endEpisode(id, .failure(PaymentError(.reconnectTimeout, "no reader within \(c.reconnectTimeout)")))
+        }
+        episode = e
+        if !silent {
+            let cancelable = Cancelable(loop: loop) { [weak self] in
+                self?.endEpisode(id, .failure(PaymentError(.reconnectCanceled)))
+            }
+            delegate?.reader(self, didStartReconnect: cancelable, disconnectReason: reason)
+        }
+        scheduleAttempt(id)
+    }
+
+    private func scheduleAttempt(_ id: Int) {
+        guard var e = episode, e.id == id else { return }
+        let delay = Self.backoff[min(e.attempt, Self.backoff.count - 1)] * scale
+        e.attempt += 1
+        e.timer = loop.schedule(at: loop.now + .milliseconds(Int64(delay * 1000))) { [weak self] in self?.attempt(id) }
+        episode = e
+    }
+
+    private func attempt(_ id: Int) {
+        guard let e = episode, e.id == id else { return }
+        establish { [weak self] r in
+            guard let self, let e = self.episode, e.id == id else {
+                if case .success(let l) = r { l.teardown() }
+                return
+            }
+            switch r {
+            case .success(let l):
+                self.episode?.candidate = nil
+                self.adopt(l)
+                self.endEpisode(id, .success(()))
+            case .failure:
+                self.episode?.candidate = nil
+                self.scheduleAttempt(id)
+            }
+        }
+    }
+
+    private func endEpisode(_ id: Int, _ r: Result<Void, PaymentError>) {
+        guard let e = episode, e.id == id else { return }
+        episode = nil
+        if let t = e.timer { loop.cancelTimer(t) }
+        if let t = e.deadlineTimer { loop.cancelTimer(t) }
+        switch r {
+        case .success:
+            if e.silent {
+                // Back after an update restart: finished when the reader runs the new version.
+                if let i = install {
+                    if infoValue?.softwareVersion == i.offer.version {
+                        finishInstall(.success(()))
+                    } else {
+                        finishInstall(.failure(PaymentError(.updateIntegrity, "the reader came back with \(infoValue?.softwareVersion ?? "?")")))
+                    }
+                }
+            } else {
+                delegate?.readerDidSucceedReconnect(self)
+            }
+            recoverInFlight()
+        case .failure(let error):
+            e.candidate?.teardown()
+            link?.teardown()
+            link = nil
+            infoValue = nil
+            if e.silent {
+                finishInstall(.failure(error))
+            } else {
+                delegate?.readerDidFailReconnect(self)
+            }
+            failInFlight(error)
+        }
+    }
+
+    /// After a reconnect: what became of the payment that was in flight.
+    private func recoverInFlight() {
+        guard var p = payment, let l = link else { return }
+        p.recovering = true
+        payment = p
+        l.request(.transactionStatus, body: ["MessageReference": ["MessageCategory": "Payment", "ServiceID": .string(p.serviceID), "SaleID": .string(p.saleID)]]) { [weak self] response in
+            guard let self, self.payment != nil else { return }
+            let status = PaymentResponseStatus(json: response.body["Response"])
+            if status?.result == .success, let body = response.body["RepeatedMessageResponse"]?["RepeatedResponseMessageBody"]?["PaymentResponse"] {
+                self.paymentAnswered(body, recovered: true)
+            } else if status?.errorCondition == .inProgress {
+                self.loop.schedule(at: self.loop.now + .milliseconds(Int64(max(50, 1000 * self.scale)))) { [weak self] in self?.recoverInFlight() }
+            } else {
+                // Never reached the reader: nothing was charged.
+                self.failInFlight(PaymentError(.connectionLost, "the reader never received the payment"))
+            }
+        }
+    }
+
+    // MARK: Host-relay route
+
+    private func relay(_ m: PaymentMessage, on l: ReaderLink) {
+        guard let c = configuration, let bytes = m.body["Message"]?.string.flatMap(Base64.decode),
+              let request = try? JSONParser.parse(bytes) else {
+            return l.answer(m, body: ["Response": PaymentResponseStatus.failure(.messageFormat).json])
+        }
+        let summary = ["KSN": request["KSN"]?.string ?? "", "AmountMinor": request["AmountMinor"]?.integer.map(String.init) ?? "",
+                       "CurrencyNumeric": request["CurrencyNumeric"]?.string ?? ""]
+        guard delegate?.reader(self, shouldSubmit: summary) ?? true else {
+            return l.answer(m, body: ["Response": PaymentResponseStatus.failure(.aborted).json])
+        }
+        let seconds = m.body["MaximumTransmitTime"]?.integer ?? 30
+        GatewayClient.exchange(request, with: c.gateway, loop: loop, timeout: .seconds(seconds), observer: nil) { [weak l] answer in
+            guard let l else { return }
+            if let answer {
+                l.answer(m, body: ["Response": ["Result": "Success"], "Message": .string(Base64.encode(answer.serialized))])
+            } else {
+                l.answer(m, body: ["Response": PaymentResponseStatus.failure(.unreachableHost).json])
+            }
+        }
+    }
+}
+
+/// Resumes a continuation once, whoever calls first.
+final class Once<T: Sendable>: @unchecked Sendable {
+    private var continuation: CheckedContinuation<T, Never>?
+    init(_ c: CheckedContinuation<T, Never>) { continuation = c }
+    func resume(_ value: T) {
+        guard let c = continuation else { return }
+        continuation = nil
+        c.resume(returning: value)
+    }
+}
+
+/// One request to the gateway from the host (login, signature, relayed authorisations): a
+/// loopback connection, one frame each way.
+public enum GatewayClient {
+    public static func exchange(_ request: JSONValue, with gateway: TCPEndpoint, loop: EventLoop, timeout: Duration,
+                                observer: (([UInt8]) -> Void)?, completion: @escaping (JSONValue?) -> Void) {
+        var done = false
+        var timer: Int?
+        var connection: StreamConnection?
+        let finish: (JSONValue?) -> Void = { answer in
+            guard !done else { return }
+            done = true
+            if let timer { loop.cancelTimer(timer) }
+            connection?.close()
+            completion(answer)
+        }
+        do {
+            let c = try StreamConnection.connect(to: gateway, loop: loop)
+            connection = c
+            var decoder = PaymentFrameDecoder()
+            let frame = PaymentFrame.encode(request)
+            observer?(frame)
+            c.onConnected = { c.send(frame) }
+            c.onData = { bytes in
+                observer?(bytes)
+                if let first = (try? decoder.feed(bytes))?.first { finish(try? JSONParser.parse(first)) }
+            }
+            c.onClose = { _ in finish(nil) }
+            timer = loop.schedule(at: loop.now + timeout) { finish(nil) }
+        } catch {
+            finish(nil)
+        }
+    }
+
+    /// Logs in to the gateway (merchant credentials, licence, environment).
+    public static func login(gateway: TCPEndpoint, environment: String, licence: String, user: String, password: String,
+                             loop: EventLoop = .shared) async throws(PaymentError) -> JSONValue {
+        let answer = await withCheckedContinuation { (c: CheckedContinuation<JSONValue?, Never>) in
+            let once = Once(c)
+            loop.sync {
+                exchange(["Type": "Login", "Environment": .string(environment), "Licence": .string(licence), "User": .string(user),
+                          "Password": .string(password)], with: gateway, loop: loop, timeout: .seconds(10), observer: nil) { once.resume($0) }
+            }
+        }
+        guard let answer else { throw PaymentError(.gatewayUnreachable) }
+        guard answer["Result"]?.string == "ok" else {
+            let code = answer["Error"]?.string.flatMap { Int($0) }.flatMap(PaymentErrorCode.init(rawValue:)) ?? .loginFailed
+            throw PaymentError(code, answer["Reason"]?.string ?? "")
+        }
+        return answer
+    }
+}

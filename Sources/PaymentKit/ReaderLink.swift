@@ -1,0 +1,194 @@
+import Channel
+import Glibc
+import NetStack
+import PPP
+import Payment
+
+/// One connection to a reader: the channel on its line (our PPP link, the SOCKS proxy for the
+/// terminal's gateway traffic), a local-only bridge to the terminal's reader port, and the
+/// framed reader protocol over it. Loop thread only.
+final class ReaderLink {
+    let loop: EventLoop
+    let channel: Channel
+    let configuration: ReaderConnectionConfiguration
+    private(set) var connection: StreamConnection?
+    private var decoder = PaymentFrameDecoder()
+    private var serviceCounter = 0
+    private var pending: [String: (PaymentMessage) -> Void] = [:]
+    private(set) var poiID = "UNKNOWN"
+    /// Set by a Shutdown event: the reason the terminal gave before going.
+    var shutdownReason: DisconnectReason?
+    private(set) var up = false
+    private(set) var gone = false
+    private var connectRetry: Int?
+    /// Messages that are not answers (device requests, events, answers to earlier logins).
+    var onMessage: ((PaymentMessage) -> Void)?
+    /// Once, when the link or the reader connection is lost after it was up.
+    var onLost: ((ChannelCloseReason?) -> Void)?
+    /// Once: the reader connection is established (or the attempt failed).
+    private var onReady: ((PaymentError?) -> Void)?
+    /// Every byte of the reader connection (the SDK's own record, for checks on what crossed).
+    var observer: (([UInt8]) -> Void)?
+
+    init(path: String, configuration: ReaderConnectionConfiguration, loop: EventLoop) {
+        self.loop = loop
+        self.configuration = configuration
+        var c = ChannelConfiguration(line: .device(path))
+        var socks = SocksConfiguration(port: configuration.socksPort)
+        socks.allow = [SocksDestination(host: configuration.gateway.address.description, port: configuration.gateway.port)]
+        c.socks = socks
+        c.relayDNS = false
+        c.pcapPath = configuration.pcapPath
+        c.link.echo.interval = configuration.echoInterval
+        c.link.echo.failureLimit = 3
+        channel = Channel(configuration: c, loop: loop)
+    }
+
+    /// Opens the link and the reader connection; `ready` is called once.
+    func open(ready: @escaping (PaymentError?) -> Void) {
+        onReady = ready
+        channel.observe { [weak self] event in self?.channelEvent(event) }
+        do { try channel.start() } catch {
+            finishReady(PaymentError(.pppNegotiationFailed, "\(error)"))
+        }
+    }
+
+    private func finishReady(_ error: PaymentError?) {
+        guard let r = onReady else { return }
+        onReady = nil
+        if error != nil { teardown() }
+        r(error)
+    }
+
+    private func channelEvent(_ event: ChannelEvent) {
+        switch event {
+        case .opened:
+            do {
+                try channel.addBridge(.hostToTerminalLocal, port: configuration.readerPort)
+            } catch {
+                return finishReady(PaymentError(.readerLoginFailed, "bridge \(configuration.readerPort): \(error)"))
+            }
+            connectReader(tries: 0)
+        case .closed(let reason):
+            if onReady != nil {
+                finishReady(PaymentError(.pppNegotiationFailed, "\(reason)"))
+            } else {
+                lose(reason)
+            }
+        default:
+            break
+        }
+    }
+
+    /// The terminal's reader port may listen a moment after the link is up: retried briefly.
+    private func connectReader(tries: Int) {
+        guard !gone else { return }
+        let endpoint = TCPEndpoint(IPv4Address(127, 0, 0, 1), configuration.readerPort)
+        do {
+            let c = try StreamConnection.connect(to: endpoint, loop: loop)
+            connection = c
+            var greeted = false
+            c.onConnected = { [weak self] in
+                greeted = true
+                guard let self else { return }
+                self.up = true
+                self.finishReady(nil)
+            }
+            c.onData = { [weak self] bytes in self?.received(bytes) }
+            c.onClose = { [weak self] _ in
+                guard let self else { return }
+                self.connection = nil
+                // The bridge closes its client when the terminal refuses: try again soon.
+                if self.onReady != nil && tries < 50 {
+                    self.connectRetry = self.loop.schedule(at: self.loop.now + .milliseconds(100)) { [weak self] in
+                        self?.connectReader(tries: tries + 1)
+                    }
+                } else if self.onReady != nil {
+                    self.finishReady(PaymentError(.connectTimedOut, "the reader port does not answer"))
+                } else {
+                    self.lose(nil)
+                }
+                _ = greeted
+            }
+        } catch {
+            finishReady(PaymentError(.connectTimedOut, "\(error)"))
+        }
+    }
+
+    private func received(_ bytes: [UInt8]) {
+        observer?(bytes)
+        let frames: [[UInt8]]
+        do { frames = try decoder.feed(bytes) } catch {
+            // A zero or oversize length: the connection is closed (2012 for what waits on it).
+            connection?.close(reset: true)
+            connection = nil
+            return lose(nil)
+        }
+        for frame in frames {
+            guard let message = try? PaymentMessage.decode(frame) else { continue }
+            if message.header.type == .response, message.header.messageClass == .service, let sid = message.header.identifier,
+               let handler = pending.removeValue(forKey: message.header.category.rawValue + "/" + sid) {
+                // The answer must echo what was asked (else a protocol error for that request).
+                handler(message)
+                continue
+            }
+            onMessage?(message)
+        }
+    }
+
+    /// Sends a Service request; `answer` gets its response (or nothing if the link goes).
+    @discardableResult
+    func request(_ category: PaymentMessage.Category, body: JSONValue, answer: ((PaymentMessage) -> Void)? = nil) -> String {
+        if category == .login {
+            serviceCounter = 0
+            pending = [:]
+        }
+        serviceCounter += 1
+        let sid = String(serviceCounter)
+        let header = PaymentMessage.Header(protocolVersion: category == .login || category == .diagnosis ? "3.1" : nil,
+                                           messageClass: .service, category: category, type: .request,
+                                           identifier: sid, saleID: configuration.saleID, poiID: poiID)
+        if let answer { pending[category.rawValue + "/" + sid] = answer }
+        send(PaymentMessage(direction: .request, header: header, body: body))
+        return sid
+    }
+
+    /// Answers a Device request from the terminal.
+    func answer(_ request: PaymentMessage, body: JSONValue) {
+        send(PaymentMessage(direction: .response, header: request.header.response(), body: body))
+    }
+
+    private func send(_ message: PaymentMessage) {
+        let frame = PaymentFrame.encode(message.encoded)
+        observer?(frame)
+        connection?.send(frame)
+    }
+
+    func setPOIID(_ id: String) { poiID = id }
+
+    private func lose(_ reason: ChannelCloseReason?) {
+        guard up, !gone else { return }
+        let callback = onLost
+        onLost = nil
+        teardown()
+        callback?(reason)
+    }
+
+    /// Lets everything go: the reader connection and the channel (LCP Terminate when it is up).
+    func teardown() {
+        guard !gone else { return }
+        gone = true
+        if let connectRetry { loop.cancelTimer(connectRetry) }
+        connection?.close()
+        connection = nil
+        pending = [:]
+        onMessage = nil
+        channel.requestClose()
+    }
+
+    /// Closes politely and waits for the link to be down.
+    func close() async {
+        loop.sync { teardown() }
+        await channel.close()
+    }
+}

@@ -1,0 +1,171 @@
+import Channel
+import NetStack
+import Payment
+
+/// The terminal's reader-protocol listener on its own stack (inside PPP): one host connection
+/// at a time (a new one replaces the old), frames in and out, the terminal core behind it.
+final class ReaderService: StackApplication {
+    let port: UInt16
+    let core: TerminalCore
+    /// Carries one gateway request through the host's SOCKS proxy; the answer bytes come back.
+    let gatewayExchange: (_ payload: [UInt8], _ completion: @escaping ([UInt8]?) -> Void) -> Void
+    let onShutdown: (_ reason: String, _ restartAfter: Duration?) -> Void
+    private weak var host: StackAttachment?
+    private var connection: ConnectionID?
+    private var decoder = PaymentFrameDecoder()
+    private var pending: [UInt8] = []
+    private var closeAfterFlush = false
+    private var gatewaySequence = 0
+    /// Every byte the reader connection carried, both ways (tests look for card data in it).
+    var observer: ((_ fromHost: Bool, _ bytes: [UInt8]) -> Void)?
+
+    init(port: UInt16, core: TerminalCore, gatewayExchange: @escaping (_ payload: [UInt8], _ completion: @escaping ([UInt8]?) -> Void) -> Void,
+         onShutdown: @escaping (String, Duration?) -> Void) {
+        self.port = port
+        self.core = core
+        self.gatewayExchange = gatewayExchange
+        self.onShutdown = onShutdown
+    }
+
+    func start(_ host: StackAttachment, now: Instant) {
+        self.host = host
+        try? host.listen(port: port, for: self)
+    }
+
+    func stop() {
+        if connection != nil { core.hostDidDisconnect(now: currentNow()) }
+        connection = nil
+        host = nil
+        pending = []
+    }
+
+    func acceptable(port: UInt16, now: Instant) {
+        guard let host, host.stack != nil else { return }
+        let stack = host
+        while let id = host.accept(port: port, for: self) {
+            if let old = connection {
+                stack.abort(old, now: now)
+                core.hostDidDisconnect(now: now)
+            }
+            connection = id
+            decoder = PaymentFrameDecoder()
+            pending = []
+            closeAfterFlush = false
+            core.hostDidConnect(now: now)
+        }
+    }
+
+    func event(_ id: ConnectionID, _ event: TCPEvent, now: Instant) {
+        guard id == connection else {
+            if case .closed = event { host?.abort(id, now: nil) }
+            return
+        }
+        if case .closed = event {
+            connection = nil
+            pending = []
+            host?.abort(id, now: nil)
+            core.hostDidDisconnect(now: now)
+            drain(now: now)
+            return
+        }
+        step(now: now)
+    }
+
+    func step(now: Instant) {
+        guard let id = connection, let stack = host, stack.stack != nil else { return }
+        while true {
+            let chunk = stack.read(id, now: now)
+            if chunk.isEmpty { break }
+            observer?(true, chunk)
+            do {
+                for frame in try decoder.feed(chunk) { core.receive(hostPayload: frame, now: now) }
+            } catch {
+                // A zero or oversize length: nothing is answered, the connection is closed.
+                stack.abort(id, now: now)
+                connection = nil
+                pending = []
+                core.hostDidDisconnect(now: now)
+                break
+            }
+        }
+        drain(now: now)
+        flush(now: now)
+        if let id = connection, stack.atEndOfStream(id), pending.isEmpty {
+            stack.close(id, now: now)
+        }
+    }
+
+    /// Acts on what the core asked for.
+    func drain(now: Instant) {
+        for output in core.takeOutputs() {
+            switch output {
+            case .host(let payload):
+                guard connection != nil else { continue }
+                let frame = PaymentFrame.encode(payload)
+                observer?(false, frame)
+                pending += frame
+            case .closeHost:
+                closeAfterFlush = true
+            case .gateway(let payload):
+                gatewaySequence += 1
+                let sequence = gatewaySequence
+                gatewayExchange(PaymentFrame.encode(payload)) { [weak self] answer in
+                    self?.gatewayAnswered(answer, sequence: sequence)
+                }
+            case .shutdown(let reason, let after):
+                onShutdown(reason, after)
+            }
+        }
+        flush(now: now)
+    }
+
+    private var lastAnswered = 0
+
+    func gatewayAnswered(_ bytes: [UInt8]?, sequence: Int) {
+        // Late answers (the core gave up and asked again since) are dropped.
+        guard sequence == gatewaySequence, sequence > lastAnswered else { return }
+        lastAnswered = sequence
+        let now = currentNow()
+        var decoder = PaymentFrameDecoder()
+        if let bytes, let frame = (try? decoder.feed(bytes))?.first {
+            core.receive(gatewayPayload: frame, now: now)
+        } else {
+            core.gatewayDidFail(now: now)
+        }
+        drain(now: now)
+    }
+
+    /// The time source: the loop's clock, handed in by the simulator.
+    var currentNow: () -> Instant = { .zero }
+
+    func flush(now: Instant) {
+        guard let id = connection, let stack = host, stack.stack != nil else { return }
+        if !pending.isEmpty {
+            let n = stack.write(id, pending, now: now)
+            pending.removeFirst(n)
+        }
+        if pending.isEmpty && closeAfterFlush {
+            closeAfterFlush = false
+            stack.close(id, now: now)
+            connection = nil
+        }
+    }
+
+    var pollAt: Instant? { core.pollAt }
+
+    func poll(now: Instant) {
+        core.poll(now: now)
+        drain(now: now)
+    }
+
+    /// Runs `body` against the core and acts on its outputs (control commands).
+    func withCore<T>(now: Instant, _ body: (TerminalCore) -> T) -> T {
+        let r = body(core)
+        drain(now: now)
+        return r
+    }
+
+    func report() -> [String] {
+        ["reader: port \(port), host \(connection.map { "connected \($0)" } ?? "not connected")"]
+    }
+}

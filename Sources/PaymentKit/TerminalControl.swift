@@ -1,0 +1,58 @@
+import Channel
+import Glibc
+import NetStack
+import Payment
+
+/// A client of the terminal simulator's control socket (127.0.0.1 only): one JSON line out,
+/// one back. Blocking, with a timeout; for tests, demos and `pppbridge terminal control`.
+public final class TerminalControl: @unchecked Sendable {
+    private let fd: Int32
+    private var buffer: [UInt8] = []
+
+    public init(port: UInt16, timeoutSeconds: Int = 10) throws(SystemError) {
+        let s = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard s >= 0 else { throw SystemError("socket") }
+        var tv = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
+        setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var a = sockaddr_in()
+        a.sin_family = sa_family_t(AF_INET)
+        a.sin_port = port.bigEndian
+        a.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        let r = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(s, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard r == 0 else {
+            let e = SystemError("connect 127.0.0.1:\(port)")
+            Glibc.close(s)
+            throw e
+        }
+        fd = s
+    }
+
+    deinit { Glibc.close(fd) }
+
+    /// Sends one command and returns the simulator's answer.
+    public func send(_ command: JSONValue) throws(SystemError) -> JSONValue {
+        let line = command.serialized + [0x0A]
+        var sent = 0
+        while sent < line.count {
+            let n = line[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if n <= 0 {
+                if n < 0 && errno == EINTR { continue }
+                throw SystemError("send")
+            }
+            sent += n
+        }
+        while true {
+            if let newline = buffer.firstIndex(of: 0x0A) {
+                let reply = Array(buffer[..<newline])
+                buffer.removeFirst(newline + 1)
+                return (try? JSONParser.parse(reply)) ?? ["ok": false, "error": "unreadable answer"]
+            }
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { throw SystemError("recv", errno: n == 0 ? ECONNRESET : errno) }
+            buffer += chunk[0..<n]
+        }
+    }
+}

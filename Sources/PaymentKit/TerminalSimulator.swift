@@ -1,0 +1,217 @@
+import Channel
+import Glibc
+import NetStack
+import PPP
+import Payment
+
+/// A simulated payment terminal as a real program: our stack in the terminal role on a pty (the
+/// far end of the PPP link), the reader protocol on `readerPort` inside the link, the gateway
+/// reached through the host's SOCKS proxy, and a JSON-lines control socket on 127.0.0.1 through
+/// which tests put cards and PINs "inside the pad", drop the link, drain the battery.
+/// It survives its own reboots: the core (keys, counter, stored results) outlives each boot,
+/// while each boot is a fresh PPP link on a fresh pty at the same path.
+public final class TerminalSimulator: @unchecked Sendable {
+    public struct Configuration: Sendable {
+        /// Where the pty's name is linked (what the host opens).
+        public var linkPath: String
+        public var core = TerminalCore.Configuration()
+        public var readerPort: UInt16 = 6000
+        /// The host's SOCKS5 proxy port inside the link.
+        public var socksPort: UInt16 = 1080
+        /// The gateway as the proxy should reach it (an IPv4 literal: no name lookups).
+        public var gateway: TCPEndpoint
+        /// 0 picks a free port; `controlEndpoint` tells which.
+        public var controlPort: UInt16 = 0
+        public var link: LinkConfiguration = .terminal()
+
+        public init(linkPath: String, gateway: TCPEndpoint) {
+            self.linkPath = linkPath
+            self.gateway = gateway
+            core.gatewayAddress = "\(gateway)"
+        }
+    }
+
+    public let configuration: Configuration
+    public let loop: EventLoop
+    public let core: TerminalCore
+    private var terminal: SimulatedTerminal?
+    private var service: ReaderService?
+    private var control: StreamListener?
+    private var controlClients: [ObjectIdentifier: (StreamConnection, [UInt8])] = [:]
+    private var restartTimer: Int?
+    private var stopped = false
+    /// Every byte of the reader connection (tests search it for card data).
+    public private(set) var readerBytes: [UInt8] = []
+    public var recordsReaderBytes = false
+    /// Boots so far (1 after `start`).
+    public private(set) var boots = 0
+
+    public init(configuration: Configuration, security: TerminalSecurity = .testDevice(), loop: EventLoop = .shared) {
+        self.configuration = configuration
+        self.loop = loop
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
+        core = loop.sync { TerminalCore(configuration: configuration.core, security: security, now: loop.now, wallClock: WallTime(seconds: Int64(now.tv_sec))) }
+    }
+
+    /// Opens the control socket and boots.
+    public func start() throws(SystemError) {
+        let result: SystemError? = loop.sync {
+            do throws(SystemError) {
+                control = try StreamListener(on: TCPEndpoint(IPv4Address(127, 0, 0, 1), configuration.controlPort), loop: loop) { [weak self] c in
+                    self?.controlConnected(c)
+                }
+                try boot()
+                return nil
+            } catch {
+                return error
+            }
+        }
+        if let result { throw result }
+    }
+
+    public var controlEndpoint: TCPEndpoint? { loop.sync { control?.endpoint } }
+
+    /// Waits for the current boot's link to come up.
+    public func waitUntilUp() async -> IPCPResult? {
+        guard let t = loop.sync({ terminal }) else { return nil }
+        return await t.waitUntilUp()
+    }
+
+    /// Powers down for good: the link is closed, the control socket too.
+    public func stop() async {
+        let t: SimulatedTerminal? = loop.sync {
+            stopped = true
+            if let restartTimer { loop.cancelTimer(restartTimer) }
+            control?.close()
+            for (c, _) in controlClients.values { c.close() }
+            controlClients = [:]
+            let t = terminal
+            terminal = nil
+            service = nil
+            return t
+        }
+        await t?.stop()
+    }
+
+    // MARK: Boots
+
+    private func boot() throws(SystemError) {
+        let t = try SimulatedTerminal(line: .pty(linkedAt: configuration.linkPath), link: configuration.link, loop: loop)
+        let reader = ReaderService(port: configuration.readerPort, core: core, gatewayExchange: { [weak self, weak t] payload, completion in
+            guard let self, let t, let up = t.linkResult else { return completion(nil) }
+            let socks = TCPEndpoint(up.peerAddress, self.configuration.socksPort)
+            t.beginTransfer(to: self.configuration.gateway, via: socks, payload: payload) { result in
+                completion(result.received.isEmpty ? nil : result.received)
+            }
+        }, onShutdown: { [weak self] reason, after in
+            self?.shutdown(reason: reason, restartAfter: after, graceful: reason != "dropLink")
+        })
+        reader.currentNow = { [unowned loop] in loop.now }
+        reader.observer = { [weak self] (_: Bool, bytes: [UInt8]) in
+            guard let self, self.recordsReaderBytes else { return }
+            self.readerBytes += bytes
+        }
+        t.add(reader)
+        terminal = t
+        service = reader
+        boots += 1
+        core.powerOn(now: loop.now)
+        try t.start()
+    }
+
+    /// Goes down now; boots again after `restartAfter` (nil: stays down until `powerOn`).
+    private func shutdown(reason: String, restartAfter: Duration?, graceful: Bool = true) {
+        guard let t = terminal else { return }
+        terminal = nil
+        service = nil
+        // Let the last frames (the Shutdown event) leave before the link goes.
+        t.kick()
+        if graceful {
+            Task.detached { await t.stop() }
+        } else {
+            t.hangUp()
+        }
+        scheduleBoot(after: restartAfter)
+    }
+
+    private func scheduleBoot(after: Duration?) {
+        guard let after, !stopped else { return }
+        restartTimer = loop.schedule(at: loop.now + after) { [weak self] in
+            guard let self, !self.stopped, self.terminal == nil else { return }
+            self.restartTimer = nil
+            try? self.boot()
+        }
+    }
+
+    // MARK: Control socket
+
+    private func controlConnected(_ c: StreamConnection) {
+        let key = ObjectIdentifier(c)
+        controlClients[key] = (c, [])
+        c.onData = { [weak self] bytes in
+            guard let self, var entry = self.controlClients[key] else { return }
+            entry.1 += bytes
+            while let newline = entry.1.firstIndex(of: 0x0A) {
+                let line = Array(entry.1[..<newline])
+                entry.1.removeFirst(newline + 1)
+                self.controlClients[key] = entry
+                let answer = self.handleControl(line)
+                entry.0.send(answer.serialized + [0x0A])
+            }
+            self.controlClients[key] = entry
+        }
+        c.onClose = { [weak self] _ in self?.controlClients[key] = nil }
+    }
+
+    /// One control command (loop thread).
+    func handleControl(_ line: [UInt8]) -> JSONValue {
+        guard let command = try? JSONParser.parse(line), let name = command["cmd"]?.string else {
+            return ["ok": false, "error": "expected a JSON object with cmd"]
+        }
+        let now = loop.now
+        switch name {
+        case "dropLink":
+            guard terminal != nil else { return ["ok": false, "error": "link is down"] }
+            let mode = command["mode"]?.string ?? "rst"
+            let downFor: Duration? = command["downFor"].flatMap { v -> Duration? in
+                if let i = v.integer { return .seconds(i) }
+                if case .number(let t) = v, let d = Double(t) { return .milliseconds(Int64(d * 1000)) }
+                return nil
+            }
+            if mode == "silent" {
+                // A frozen terminal: the line stays, nothing answers; the host finds out by LCP echo.
+                terminal?.freeze()
+                let t = terminal
+                terminal = nil
+                service?.stop()
+                service = nil
+                if let downFor {
+                    restartTimer = loop.schedule(at: now + downFor) { [weak self] in
+                        t?.hangUp()
+                        guard let self, !self.stopped, self.terminal == nil else { return }
+                        try? self.boot()
+                    }
+                }
+            } else {
+                shutdown(reason: "dropLink", restartAfter: downFor, graceful: false)
+            }
+            return ["ok": true]
+        case "powerOn":
+            guard terminal == nil else { return ["ok": false, "error": "already on"] }
+            if let restartTimer { loop.cancelTimer(restartTimer) }
+            do { try boot() } catch { return ["ok": false, "error": .string("\(error)")] }
+            return ["ok": true]
+        default:
+            guard let service else {
+                return name == "status" ? core.control(command, now: now) : ["ok": false, "error": "terminal is off"]
+            }
+            let answer = service.withCore(now: now) { $0.control(command, now: now) }
+            terminal?.kick()
+            return answer
+        }
+    }
+
+    /// The current boot's stack, as lines for a person.
+    public func report() -> [String] { loop.sync { terminal?.report() ?? ["terminal off"] } }
+}

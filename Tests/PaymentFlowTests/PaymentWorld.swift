@@ -1,0 +1,155 @@
+import Channel
+import ChannelTestSupport
+import Crypto
+import Glibc
+import NetStack
+import Payment
+import PaymentKit
+import Testing
+
+/// Everything a payment needs, for real: the gateway server on loopback, the terminal simulator
+/// on a pty (its own PPP link and stack), and the host SDK opening that pty through the channel.
+final class PaymentWorld: @unchecked Sendable {
+    let directory: String
+    let linkPath: String
+    let gateway: GatewayServer
+    let terminal: TerminalSimulator
+    let control: TerminalControl
+    let reader = PaymentReader()
+    let recorder = Recorder()
+    let signingKey: [UInt8]
+    var configuration: ReaderConnectionConfiguration
+    let pcapPath: String
+
+    struct Update {
+        var version = "1.1.0"
+        var required = false
+        var size = 40_000
+        var tamper = false
+    }
+
+    init(update: Update? = nil, terminalSetup: (inout TerminalSimulator.Configuration) -> Void = { _ in }) throws {
+        var template = [UInt8]("/tmp/pppbridge-pay-XXXXXX".utf8CString.map { UInt8(bitPattern: $0) })
+        directory = template.withUnsafeMutableBufferPointer { p in
+            p.withMemoryRebound(to: CChar.self) { String(cString: mkdtemp($0.baseAddress!)) }
+        }
+        linkPath = directory + "/SIM-00000001"
+        pcapPath = directory + "/session.pcap"
+        signingKey = try SecureBytes.random(32)
+        var gatewayConfig = GatewayCore.Configuration.testKeys
+        if let update {
+            let image = try SecureBytes.random(update.size)
+            let sha = Hex.encode(Digest.hash(.sha256, image)!)
+            let requiredAt: WallTime? = update.required ? WallTime(seconds: 1_000_000_000) : nil
+            let signed = UpdateOffer.signedString(version: update.version, sha256: sha, size: image.count, requiredAt: requiredAt)
+            let offer = UpdateOffer(version: update.version, requiredAt: requiredAt, size: image.count, sha256: sha,
+                                    signature: Hex.encode(try Ed25519.sign(privateKey: signingKey, Array(signed.utf8))))
+            var served = image
+            if update.tamper { served[100] ^= 0x01 }
+            gatewayConfig.update = (offer, served)
+        }
+        gateway = GatewayServer(configuration: gatewayConfig)
+        gateway.recordsBytes = true
+        try gateway.start()
+        let gatewayEndpoint = gateway.endpoint!
+        var t = TerminalSimulator.Configuration(linkPath: linkPath, gateway: gatewayEndpoint)
+        t.readerPort = Host.freePort()
+        t.core.updatePublicKey = try Ed25519.publicKey(privateKey: signingKey)
+        t.core.rebootDuration = .milliseconds(500)
+        t.core.transmitTimeout = .seconds(3)
+        terminalSetup(&t)
+        terminal = TerminalSimulator(configuration: t)
+        terminal.recordsReaderBytes = true
+        try terminal.start()
+        control = try TerminalControl(port: terminal.controlEndpoint!.port)
+        configuration = ReaderConnectionConfiguration(locationID: "tml_test_1", gateway: gatewayEndpoint)
+        configuration.readerPort = t.readerPort
+        configuration.backoffScale = 0.05
+        configuration.reconnectTimeout = .seconds(20)
+        configuration.pcapPath = pcapPath
+        reader.delegate = recorder
+        reader.recordsBytes = true
+    }
+
+    /// Logs in to the gateway and connects the SDK to the terminal.
+    func connect() async throws {
+        let login = try await GatewayClient.login(gateway: configuration.gateway, environment: "int", licence: "LIC-TEST-0001",
+                                                  user: "merchant", password: "secret")
+        configuration.sessionToken = login["SessionToken"]?.string
+        try await reader.connect(path: linkPath, configuration: configuration)
+    }
+
+    func command(_ c: JSONValue) throws -> JSONValue { try control.send(c) }
+
+    func presentCard(pan: String = "4111111111111111", cvm: String = "OnlinePIN", pin: String? = "1234") throws {
+        var c: JSONValue = ["cmd": "presentCard", "entry": "ICC", "pan": .string(pan), "expiry": "3012", "serviceCode": "201", "cvm": .string(cvm)]
+        if let pin { c = c.setting("pin", .string(pin)) }
+        let answer = try command(c)
+        #expect(answer["ok"]?.bool == true, "\(answer.text)")
+    }
+
+    /// Waits (bounded) until `condition` holds.
+    func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: () -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if condition() { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        Issue.record("timed out waiting for \(what)")
+        return false
+    }
+
+    func shutdown() async {
+        await reader.disconnect()
+        await terminal.stop()
+        gateway.stop()
+        _ = try? FileManagerless.removeTree(directory)
+    }
+}
+
+/// Removes a directory tree of plain files (the test's own temporary directory).
+enum FileManagerless {
+    static func removeTree(_ path: String) throws {
+        guard let d = opendir(path) else { return }
+        while let e = readdir(d) {
+            let name = withUnsafeBytes(of: e.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if name == "." || name == ".." { continue }
+            unlink(path + "/" + name)
+        }
+        closedir(d)
+        rmdir(path)
+    }
+}
+
+/// Every delegate callback, in order, as text.
+final class Recorder: PaymentReaderDelegate, @unchecked Sendable {
+    let lines = Locked<[String]>([])
+    let progress = Locked<[Float]>([])
+    let cancelables = Locked<[Cancelable]>([])
+    var shouldCancelUpdate = false
+    var cancelReconnect = false
+
+    func add(_ s: String) { lines.mutate { $0.append(s) } }
+    func count(_ prefix: String) -> Int { lines.value.filter { $0.hasPrefix(prefix) }.count }
+
+    func reader(_ reader: PaymentReader, didChangeState state: PaymentState) { add("state \(state)") }
+    func reader(_ reader: PaymentReader, didReport event: ReaderEvent) { add("event \(event)") }
+    func reader(_ reader: PaymentReader, didStartReconnect cancelable: Cancelable, disconnectReason: DisconnectReason) {
+        add("didStartReconnect \(disconnectReason)")
+        cancelables.mutate { $0.append(cancelable) }
+        if cancelReconnect { cancelable.cancel() }
+    }
+    func readerDidSucceedReconnect(_ reader: PaymentReader) { add("didSucceedReconnect") }
+    func readerDidFailReconnect(_ reader: PaymentReader) { add("didFailReconnect") }
+    func reader(_ reader: PaymentReader, didDisconnect reason: DisconnectReason) { add("didDisconnect \(reason)") }
+    func reader(_ reader: PaymentReader, didReportAvailableUpdate update: ReaderSoftwareUpdate) { add("availableUpdate \(update.deviceSoftwareVersion)") }
+    func reader(_ reader: PaymentReader, didStartInstallingUpdate update: ReaderSoftwareUpdate, cancelable: Cancelable) {
+        add("startInstalling \(update.deviceSoftwareVersion)")
+        cancelables.mutate { $0.append(cancelable) }
+        if shouldCancelUpdate { cancelable.cancel() }
+    }
+    func reader(_ reader: PaymentReader, didReportReaderSoftwareUpdateProgress p: Float) { progress.mutate { $0.append(p) } }
+    func reader(_ reader: PaymentReader, didFinishInstallingUpdate update: ReaderSoftwareUpdate?, error: PaymentError?) {
+        add("finishInstalling \(error.map { "\($0.code.rawValue)" } ?? "ok")")
+    }
+}
