@@ -24,9 +24,12 @@ import Testing
         #expect(outcome.maskedPAN == "411111******1111")
         #expect(world.reader.state == .finished)
         #expect(world.gateway.log.contains { $0.contains("0001ABC Normal 1050 978 → approved 00 OP-000001") })
-        await world.shutdown()
+        await world.shutdown(keepFiles: true)
+        let capture = world.contents(world.pcapPath)
+        world.removeFiles()
 
-        // Nothing that crossed carries the PAN or the PIN block's clear form.
+        // Nothing that crossed carries the PAN: not the PPP link's capture, not the bytes the
+        // host, the reader service or the gateway saw.
         let pan = Array("4111111111111111".utf8)
         func contains(_ hay: [UInt8], _ needle: [UInt8]) -> Bool {
             guard hay.count >= needle.count else { return false }
@@ -35,8 +38,264 @@ import Testing
         let sdk = world.reader.recorded, reader = world.terminal.readerBytes, gw = world.gateway.recorded
         #expect(sdk.count > 500 && reader.count > 500 && gw.count > 200)
         #expect(contains(reader, Array("411111******1111".utf8)), "the masked PAN is what the host sees")
-        for (name, bytes) in [("sdk", sdk), ("reader", reader), ("gateway", gw)] {
+        #expect(capture.count > 2000, "the PPP link's capture")
+        #expect(contains(capture, Array("SaleToPOIRequest".utf8)), "the capture holds the reader protocol")
+        for (name, bytes) in [("sdk", sdk), ("reader", reader), ("gateway", gw), ("pcap", capture)] {
             #expect(!contains(bytes, pan), "clear PAN in \(name) bytes")
         }
+    }
+}
+
+@Suite(.serialized, .timeLimit(.minutes(2))) struct PaymentScenarioTests {
+    @Test func declinesWrongPINAndAmountRules() async throws {
+        let world = try PaymentWorld()
+        try await world.connect()
+        try world.presentCard()
+        let declined = try await world.reader.startPayment(amountMinor: 105, currency: .eur, transactionID: "0002")
+        #expect(declined.result == .declined && declined.responseCode == "05" && declined.approvalCode == nil)
+        #expect(world.reader.state == .finished)
+        try world.presentCard(pin: "9999")
+        let wrongPIN = try await world.reader.startPayment(amountMinor: 200, currency: .eur, transactionID: "0003")
+        #expect(wrongPIN.result == .declined && wrongPIN.responseCode == "55" && !wrongPIN.authenticatedByPin)
+        // Rejected before anything is sent.
+        await #expect(throws: PaymentError(.invalidAmount, "\"10.505\" is not an amount in EUR (2 decimals)")) {
+            _ = try await world.reader.startPayment(amount: "10.505", currency: .eur, transactionID: "0004")
+        }
+        await #expect(throws: PaymentError(.invalidAmount, "0")) {
+            _ = try await world.reader.startPayment(amountMinor: 0, currency: .eur, transactionID: "0004")
+        }
+        do {
+            _ = try await world.reader.startPayment(amountMinor: 100, currency: .eur, transactionID: "0003")
+            Issue.record("a duplicate transaction ID was accepted")
+        } catch {
+            #expect(error.code == .invalidTransactionID)
+        }
+        // JPY has no decimals; the terminal and gateway take it in whole yen.
+        try world.presentCard()
+        let yen = try await world.reader.startPayment(amount: "1050", currency: .jpy, transactionID: "0005")
+        #expect(yen.result == .approved && yen.amountMinor == 1050)
+        await world.shutdown()
+    }
+
+    @Test func signatureCapturedOrDeclinedIntoAReversal() async throws {
+        let world = try PaymentWorld()
+        try await world.connect()
+        try world.presentCard(cvm: "Signature", pin: nil)
+        let first = try await world.reader.startPayment(amountMinor: 2000, currency: .eur, transactionID: "1001")
+        #expect(first.result == .approved && first.signatureRequired)
+        #expect(world.reader.state == .signature)
+        // A second operation is refused while the signature is pending.
+        do {
+            _ = try await world.reader.startPayment(amountMinor: 100, currency: .eur, transactionID: "1002")
+            Issue.record("busy not reported")
+        } catch { #expect(error.code == .busy) }
+        // A JPEG declared as a GIF is refused by the SDK; the real GIF is accepted by the gateway.
+        let jpeg: [UInt8] = [0xFF, 0xD8, 0xFF, 0xE0] + [UInt8](repeating: 1, count: 100)
+        do {
+            try await world.reader.submitSignature(image: jpeg, format: 4)
+            Issue.record("mismatched signature accepted")
+        } catch { #expect(error.code == .invalidSignatureImage) }
+        try await world.reader.submitSignature(image: jpeg, format: 2)
+        #expect(world.reader.state == .finished)
+        #expect(world.gateway.log.contains { $0.hasPrefix("Signature OP-000001 ok") })
+
+        try world.presentCard(cvm: "Signature", pin: nil)
+        let second = try await world.reader.startPayment(amountMinor: 3000, currency: .eur, transactionID: "1003")
+        #expect(second.signatureRequired)
+        let reversed = try await world.reader.declineSignature()
+        #expect(reversed.result == .reversed)
+        #expect(world.gateway.log.contains { $0 == "Reverse \(second.operationID!) ok" })
+        await world.shutdown()
+    }
+
+    @Test func refundByOperation() async throws {
+        let world = try PaymentWorld()
+        try await world.connect()
+        try world.presentCard()
+        let sale = try await world.reader.startPayment(amountMinor: 5000, currency: .eur, transactionID: "2001")
+        let refund = try await world.reader.startRefund(amountMinor: 2000, currency: .eur, transactionID: "2002", originalOperationID: sale.operationID!)
+        #expect(refund.result == .approved && refund.approvalCode == "000002")
+        do {
+            _ = try await world.reader.startRefund(amountMinor: 3001, currency: .eur, transactionID: "2003", originalOperationID: sale.operationID!)
+            Issue.record("refund above the original accepted")
+        } catch { #expect(error.code == .refundExceedsOriginal) }
+        do {
+            _ = try await world.reader.startRefund(amountMinor: 1, currency: .eur, transactionID: "2004", originalOperationID: "OP-424242")
+            Issue.record("refund of an unknown operation accepted")
+        } catch { #expect(error.code == .originalNotFound) }
+        await world.shutdown()
+    }
+
+    @Test func busyAndCancelDuringInteraction() async throws {
+        let world = try PaymentWorld()
+        try await world.connect()
+        let first = Task { try await world.reader.startPayment(amountMinor: 700, currency: .eur, transactionID: "3001") }
+        #expect(await world.eventually("interaction") { world.reader.state == .interaction })
+        do {
+            _ = try await world.reader.startPayment(amountMinor: 100, currency: .eur, transactionID: "3002")
+            Issue.record("busy not reported")
+        } catch { #expect(error.code == .busy) }
+        #expect(world.reader.state == .interaction, "the first payment is unaffected")
+        try world.presentCard()
+        #expect(try await first.value.result == .approved)
+
+        let second = Task { try await world.reader.startPayment(amountMinor: 800, currency: .eur, transactionID: "3003") }
+        #expect(await world.terminalPhase("WaitingForCard"))
+        world.reader.cancel()
+        do {
+            _ = try await second.value
+            Issue.record("cancel did not end the payment")
+        } catch let e as PaymentError { #expect(e.code == .canceled) }
+        #expect(world.reader.state == .failed(.canceled))
+        // The PED's own cancel key too.
+        let third = Task { try await world.reader.startPayment(amountMinor: 900, currency: .eur, transactionID: "3004") }
+        #expect(await world.terminalPhase("WaitingForCard"))
+        #expect(try world.command(["cmd": "pressCancel"])["ok"]?.bool == true)
+        do {
+            _ = try await third.value
+            Issue.record("PED cancel did not end the payment")
+        } catch let e as PaymentError { #expect(e.code == .canceled) }
+        #expect(!world.gateway.log.contains { $0.contains("3003") || $0.contains("3004") }, "nothing reached the gateway")
+        await world.shutdown()
+    }
+}
+
+@Suite(.serialized, .timeLimit(.minutes(2))) struct ReconnectTests {
+    @Test func linkDroppedDuringAuthorisationRecoversTheResultOnce() async throws {
+        let world = try PaymentWorld()
+        try await world.connect()
+        // The terminal goes down the moment the gateway's approval reaches it, before the host
+        // hears of it; it is back after 1 s.
+        #expect(try world.command(["cmd": "dropLinkAfterAuthorise", "downFor": 1])["ok"]?.bool == true)
+        try world.presentCard()
+        let outcome = try await world.reader.startPayment(amountMinor: 4200, currency: .eur, transactionID: "4001")
+        #expect(outcome.result == .approved && outcome.recovered)
+        #expect(outcome.operationID == "OP-000001" && outcome.approvalCode == "000001")
+        #expect(world.recorder.count("didStartReconnect") == 1 && world.recorder.count("didSucceedReconnect") == 1)
+        #expect(world.recorder.count("didFailReconnect") == 0)
+        // Charged once: one authorisation at the gateway.
+        #expect(world.gateway.log.filter { $0.hasPrefix("Authorise 4001") }.count == 1)
+        // The reader works on after the reconnect.
+        try world.presentCard()
+        let next = try await world.reader.startPayment(amountMinor: 100, currency: .eur, transactionID: "4002")
+        #expect(next.approvalCode == "000002")
+        await world.shutdown()
+    }
+
+    @Test func reconnectAfterAnIdleDrop() async throws {
+        let world = try PaymentWorld()
+        try await world.connect()
+        #expect(try world.command(["cmd": "dropLink", "mode": "rst", "downFor": 1])["ok"]?.bool == true)
+        #expect(await world.eventually("reconnected") { world.recorder.count("didSucceedReconnect") == 1 })
+        #expect(world.recorder.count("didStartReconnect") == 1 && world.recorder.count("didFailReconnect") == 0)
+        #expect(world.reader.isConnected)
+        try world.presentCard()
+        #expect(try await world.reader.startPayment(amountMinor: 100, currency: .eur, transactionID: "5001").result == .approved)
+        await world.shutdown()
+    }
+
+    @Test func reconnectCanceledAndTimingOutEachCallOnce() async throws {
+        let world = try PaymentWorld()
+        world.configuration.reconnectTimeout = .seconds(2)
+        try await world.connect()
+        // Stays down: the episode times out, once.
+        #expect(try world.command(["cmd": "dropLink", "mode": "rst"])["ok"]?.bool == true)
+        #expect(await world.eventually("reconnect failed") { world.recorder.count("didFailReconnect") == 1 })
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(world.recorder.count("didStartReconnect") == 1 && world.recorder.count("didFailReconnect") == 1)
+        #expect(world.recorder.count("didSucceedReconnect") == 0)
+        #expect(!world.reader.isConnected)
+
+        // Power back on, connect again, drop again and cancel the episode at once.
+        #expect(try world.command(["cmd": "powerOn"])["ok"]?.bool == true)
+        try await world.reader.connect(path: world.linkPath, configuration: world.configuration)
+        world.recorder.cancelReconnect = true
+        #expect(try world.command(["cmd": "dropLink", "mode": "rst", "downFor": 1])["ok"]?.bool == true)
+        #expect(await world.eventually("reconnect canceled") { world.recorder.count("didFailReconnect") == 2 })
+        try await Task.sleep(for: .seconds(2))
+        #expect(world.recorder.count("didStartReconnect") == 2 && world.recorder.count("didFailReconnect") == 2)
+        #expect(world.recorder.count("didSucceedReconnect") == 0)
+        await world.shutdown()
+    }
+
+    @Test func paymentInFlightWhenTheReconnectTimesOut() async throws {
+        let world = try PaymentWorld()
+        world.configuration.reconnectTimeout = .seconds(1)
+        try await world.connect()
+        let payment = Task { try await world.reader.startPayment(amountMinor: 300, currency: .eur, transactionID: "6001") }
+        #expect(await world.terminalPhase("WaitingForCard"))
+        #expect(try world.command(["cmd": "dropLink", "mode": "rst"])["ok"]?.bool == true)
+        do {
+            _ = try await payment.value
+            Issue.record("the payment survived a reconnect timeout")
+        } catch let e as PaymentError { #expect(e.code == .reconnectTimeout) }
+        #expect(world.recorder.count("didStartReconnect") == 1 && world.recorder.count("didFailReconnect") == 1)
+        await world.shutdown()
+    }
+
+    @Test func rebootDisconnectsWithoutReconnecting() async throws {
+        let world = try PaymentWorld()
+        try await world.connect()
+        try await world.reader.rebootReader()
+        #expect(await world.eventually("disconnect") { world.recorder.count("didDisconnect rebootRequested") == 1 })
+        try await Task.sleep(for: .seconds(1))
+        #expect(world.recorder.count("didStartReconnect") == 0)
+        #expect(!world.reader.isConnected)
+        // Reachable again after the reboot: the app reconnects itself.
+        try await world.reader.connect(path: world.linkPath, configuration: world.configuration)
+        #expect(world.reader.isConnected)
+        #expect(world.terminal.boots == 2)
+        await world.shutdown()
+    }
+}
+
+@Suite(.serialized, .timeLimit(.minutes(2))) struct UpdateTests {
+    @Test func requiredUpdateInstallsDuringConnect() async throws {
+        let world = try PaymentWorld(update: .init(required: true))
+        try await world.connect()
+        #expect(world.reader.info?.softwareVersion == "1.1.0")
+        let progress = world.recorder.progress.value
+        #expect(progress.count >= 5 && progress.first == 0 && progress.last == 1)
+        #expect(zip(progress, progress.dropFirst()).allSatisfy { $0 <= $1 }, "monotone: \(progress)")
+        #expect(world.recorder.count("startInstalling 1.1.0") == 1 && world.recorder.count("finishInstalling ok") == 1)
+        #expect(world.recorder.count("didStartReconnect") == 0, "the update's restart is not a reconnect")
+        await world.shutdown()
+    }
+
+    @Test func canceledRequiredUpdateFailsTheConnect() async throws {
+        let world = try PaymentWorld(update: .init(required: true, size: 400_000))
+        world.recorder.shouldCancelUpdate = true
+        do {
+            try await world.connect()
+            Issue.record("connect succeeded without the required update")
+        } catch let e as PaymentError {
+            #expect(e.code == .unsupportedReaderVersion)
+        }
+        #expect(world.recorder.count("finishInstalling 2009") == 1)
+        #expect((try world.command(["cmd": "status"]))["version"]?.string == "1.0.0")
+        await world.shutdown()
+    }
+
+    @Test func optionalUpdateAndTamperedImage() async throws {
+        let world = try PaymentWorld(update: .init(required: false))
+        try await world.connect()
+        #expect(world.recorder.count("availableUpdate 1.1.0") == 1)
+        #expect(world.reader.info?.softwareVersion == "1.0.0")
+        try await world.reader.installAvailableUpdate()
+        #expect(world.reader.info?.softwareVersion == "1.1.0")
+        let progress = world.recorder.progress.value
+        #expect(progress.count >= 5 && progress.first == 0 && progress.last == 1)
+        #expect(zip(progress, progress.dropFirst()).allSatisfy { $0 <= $1 })
+        await world.shutdown()
+
+        let tampered = try PaymentWorld(update: .init(required: false, tamper: true))
+        try await tampered.connect()
+        do {
+            try await tampered.reader.installAvailableUpdate()
+            Issue.record("a tampered image was installed")
+        } catch { #expect(error.code == .updateIntegrity) }
+        #expect((try tampered.command(["cmd": "status"]))["version"]?.string == "1.0.0")
+        #expect(tampered.reader.isConnected)
+        await tampered.shutdown()
     }
 }

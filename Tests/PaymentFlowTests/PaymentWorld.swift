@@ -88,6 +88,13 @@ final class PaymentWorld: @unchecked Sendable {
         #expect(answer["ok"]?.bool == true, "\(answer.text)")
     }
 
+    /// Waits until the terminal itself is in `phase` (its control socket's status).
+    func terminalPhase(_ phase: String) async -> Bool {
+        await eventually("terminal phase \(phase)") {
+            (try? command(["cmd": "status"]))?["phase"]?.string == phase
+        }
+    }
+
     /// Waits (bounded) until `condition` holds.
     func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: () -> Bool) async -> Bool {
         let deadline = ContinuousClock.now + timeout
@@ -99,11 +106,28 @@ final class PaymentWorld: @unchecked Sendable {
         return false
     }
 
-    func shutdown() async {
+    /// Disconnects and stops everything; the capture stays readable until `removeFiles`.
+    func shutdown(keepFiles: Bool = false) async {
         await reader.disconnect()
         await terminal.stop()
         gateway.stop()
-        _ = try? FileManagerless.removeTree(directory)
+        if !keepFiles { removeFiles() }
+    }
+
+    func removeFiles() { try? FileManagerless.removeTree(directory) }
+
+    /// The bytes of a file (the capture).
+    func contents(_ path: String) -> [UInt8] {
+        guard let f = fopen(path, "rb") else { return [] }
+        defer { fclose(f) }
+        var out = [UInt8]()
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = fread(&chunk, 1, chunk.count, f)
+            if n <= 0 { break }
+            out += chunk[0..<n]
+        }
+        return out
     }
 }
 
