@@ -58,7 +58,6 @@ public final class SimulatedTerminal: @unchecked Sendable {
             self.down = reason
             self.result = nil
             self.wakeUpWaiters(nil)
-            self.downObserver?(reason)
         }
         sessionEvents = events
     }
@@ -166,13 +165,6 @@ public final class SimulatedTerminal: @unchecked Sendable {
 
     /// The negotiated addresses while the link is up. Loop thread.
     public var linkResult: IPCPResult? { result }
-
-    /// Called on the loop when the link goes down.
-    public var onDown: ((LinkDownReason) -> Void)? {
-        get { downObserver }
-        set { downObserver = newValue }
-    }
-    private var downObserver: ((LinkDownReason) -> Void)?
 
     /// The stack's counters and connections, as lines for a person.
     public func report() -> [String] { loop.sync { attachment.report() } }

@@ -22,8 +22,6 @@ public final class StreamConnection {
     public var onClose: ((SystemError?) -> Void)?
     /// Once, when an outgoing connection is established.
     public var onConnected: (() -> Void)?
-    public private(set) var bytesIn = 0
-    public private(set) var bytesOut = 0
 
     init(loop: EventLoop, descriptor: Int32, peer: TCPEndpoint?, connecting: Bool) {
         self.loop = loop
@@ -100,7 +98,6 @@ public final class StreamConnection {
             do throws(SystemError) {
                 let n = try HostSocket.send(descriptor, outgoing[...])
                 if n == 0 { break }
-                bytesOut += n
                 outgoing.removeFirst(n)
             } catch {
                 finish(error)
@@ -134,7 +131,6 @@ public final class StreamConnection {
             while !closed {
                 let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { recv(descriptor, b.baseAddress, b.count, 0) } }
                 if n > 0 {
-                    bytesIn += n
                     onData?(Array(buffer[0..<n]))
                     continue
                 }

@@ -25,6 +25,6 @@ public enum Digest {
 
     /// Lower-case hex, as sha256sum prints.
     public static func hex(_ bytes: [UInt8]) -> String {
-        bytes.map { ($0 < 16 ? "0" : "") + String($0, radix: 16) }.joined()
+        Hex.encode(bytes).lowercased()
     }
 }

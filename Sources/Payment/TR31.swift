@@ -156,15 +156,22 @@ public enum TR31 {
         return text + Hex.encode(encrypted) + Hex.encode(mac)
     }
 
-    static func deriveB(_ kbpk: [UInt8]) throws -> ([UInt8], [UInt8]) {
-        let algorithm: [UInt8] = kbpk.count == 16 ? [0, 0] : [0, 1]
-        let bits: [UInt8] = kbpk.count == 16 ? [0, 0x80] : [0, 0xC0]
+    /// KBEK and KBAK by CMAC under the KBPK over `counter ‖ usage ‖ 00 ‖ algorithm ‖ bits`
+    /// (usage 0000 encryption, 0001 authentication), one CMAC block per counter, truncated to
+    /// the KBPK's length.
+    static func derive(_ kbpk: [UInt8], algorithm: [UInt8], bits: [UInt8], blockSize: Int,
+                       cmac: ([UInt8], [UInt8]) throws -> [UInt8]) throws -> ([UInt8], [UInt8]) {
         var kbek = [UInt8](), kbak = [UInt8]()
-        for counter in 1...(kbpk.count / 8) {
-            kbek += try MessageAuthentication.tdesCMAC(key: kbpk, [UInt8(counter), 0, 0, 0] + algorithm + bits)
-            kbak += try MessageAuthentication.tdesCMAC(key: kbpk, [UInt8(counter), 0, 1, 0] + algorithm + bits)
+        for counter in 1...((kbpk.count + blockSize - 1) / blockSize) {
+            kbek += try cmac(kbpk, [UInt8(counter), 0, 0, 0] + algorithm + bits)
+            kbak += try cmac(kbpk, [UInt8(counter), 0, 1, 0] + algorithm + bits)
         }
-        return (kbek, kbak)
+        return (Array(kbek.prefix(kbpk.count)), Array(kbak.prefix(kbpk.count)))
+    }
+
+    static func deriveB(_ kbpk: [UInt8]) throws -> ([UInt8], [UInt8]) {
+        try derive(kbpk, algorithm: kbpk.count == 16 ? [0, 0] : [0, 1], bits: kbpk.count == 16 ? [0, 0x80] : [0, 0xC0],
+                   blockSize: 8, cmac: { try MessageAuthentication.tdesCMAC(key: $0, $1) })
     }
 
     static func deriveD(_ kbpk: [UInt8]) throws -> ([UInt8], [UInt8]) {
@@ -174,11 +181,6 @@ public enum TR31 {
         case 24: algorithm = [0, 3]; bits = [0, 0xC0]
         default: algorithm = [0, 4]; bits = [1, 0]
         }
-        var kbek = [UInt8](), kbak = [UInt8]()
-        for counter in 1...((kbpk.count + 15) / 16) {
-            kbek += try MessageAuthentication.aesCMAC(key: kbpk, [UInt8(counter), 0, 0, 0] + algorithm + bits)
-            kbak += try MessageAuthentication.aesCMAC(key: kbpk, [UInt8(counter), 0, 1, 0] + algorithm + bits)
-        }
-        return (Array(kbek.prefix(kbpk.count)), Array(kbak.prefix(kbpk.count)))
+        return try derive(kbpk, algorithm: algorithm, bits: bits, blockSize: 16, cmac: { try MessageAuthentication.aesCMAC(key: $0, $1) })
     }
 }

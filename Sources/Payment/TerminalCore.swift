@@ -288,12 +288,6 @@ public final class TerminalCore: @unchecked Sendable {
 
     // MARK: Login
 
-    static func matches(_ s: String, _ range: ClosedRange<Int>, _ allowed: (UInt8) -> Bool) -> Bool {
-        range.contains(s.utf8.count) && s.utf8.allSatisfy(allowed)
-    }
-
-    static func isDigit(_ c: UInt8) -> Bool { c >= 48 && c <= 57 }
-
     func login(_ m: PaymentMessage, now: Instant) {
         let h = m.header
         // A transaction survives a new login (the host reconnecting to recover it); an update
@@ -305,12 +299,12 @@ public final class TerminalCore: @unchecked Sendable {
         let environment = ext?["Environment"]?.string ?? ""
         let merchant = ext?["MerchantID"]?.string ?? ""
         let terminal = ext?["TerminalID"]?.string ?? ""
-        guard TerminalCore.matches(location, 1...64, { TerminalCore.isDigit($0) || ($0 | 0x20 >= 97 && $0 | 0x20 <= 122) || $0 == 95 || $0 == 45 }) else {
+        guard PaymentRules.isLocationID(location) else {
             return fail(h, .messageFormat, [("reason", "InvalidLocationID")])
         }
         guard ["des", "int", "ccal", "real"].contains(environment) else { return fail(h, .messageFormat, [("reason", "InvalidEnvironment")]) }
         if environment == "real" && security.testKeys { return fail(h, .notAllowed, [("reason", "TestKeysInProduction")]) }
-        guard TerminalCore.matches(merchant, 9...9, TerminalCore.isDigit), TerminalCore.matches(terminal, 1...3, TerminalCore.isDigit) else {
+        guard PaymentRules.isDigits(merchant, 9...9), PaymentRules.isDigits(terminal, 1...3) else {
             return fail(h, .messageFormat, [("reason", "InvalidMerchantOrTerminal")])
         }
         var s = Session(saleID: h.saleID, merchantID: merchant, terminalID: terminal, environment: environment, locationID: location)
@@ -367,7 +361,7 @@ public final class TerminalCore: @unchecked Sendable {
         }
         let saleTx = b["SaleData"]?["SaleTransactionID"]
         let txID = saleTx?["TransactionID"]?.string ?? ""
-        guard TerminalCore.isTransactionID(txID) else { return fail(h, .notAllowed, [("reason", "InvalidTransactionID")]) }
+        guard PaymentRules.isTransactionID(txID) else { return fail(h, .notAllowed, [("reason", "InvalidTransactionID")]) }
         let day = wall(now).day
         guard !transactionIDs.contains(session!.merchantID + day + txID) else {
             return fail(h, .notAllowed, [("reason", "DuplicateTransactionID")])
@@ -395,12 +389,6 @@ public final class TerminalCore: @unchecked Sendable {
         }
     }
 
-    static func isTransactionID(_ s: String) -> Bool {
-        let c = Array(s.utf8)
-        guard (4...12).contains(c.count), c.prefix(4).allSatisfy(isDigit) else { return false }
-        return c.dropFirst(4).allSatisfy { isDigit($0) || ($0 | 0x20 >= 97 && $0 | 0x20 <= 122) }
-    }
-
     func cardPresented(_ card: PresentedCard, now: Instant) {
         guard var t = transaction, t.phase == .waitingForCard else { return }
         t.card = card
@@ -423,7 +411,7 @@ public final class TerminalCore: @unchecked Sendable {
     }
 
     func authorise(now: Instant) {
-        guard var t = transaction, let s = session ?? sessionForTransaction() else { return }
+        guard var t = transaction, let s = session ?? lastSession else { return }
         phase(.authorizing, now: now)
         display("processing", "PROCESSING")
         do {
@@ -448,7 +436,6 @@ public final class TerminalCore: @unchecked Sendable {
 
     /// The session a transaction started in, kept while the host is away.
     private var lastSession: Session?
-    func sessionForTransaction() -> Session? { lastSession }
 
     func authoriseAnswered(_ r: JSONValue, now: Instant) {
         guard var t = transaction, var keys = t.keys else { return }
@@ -716,7 +703,7 @@ public final class TerminalCore: @unchecked Sendable {
     func shutdown(reason: String, restartAfter: Duration?, now: Instant) {
         record("shutdown: \(reason)")
         notify("Shutdown", details: [("reason", reason)], now: now)
-        if let t = transaction { finishPayment(status: .failure(.unavailableDevice, [("reason", reason)]), now: now); _ = t }
+        if transaction != nil { finishPayment(status: .failure(.unavailableDevice, [("reason", reason)]), now: now) }
         if hostConnected { outputs.append(.closeHost) }
         hostConnected = false
         session = nil
@@ -806,11 +793,11 @@ public final class TerminalCore: @unchecked Sendable {
                                                     serviceCode: command["serviceCode"]?.string ?? "201"),
                                      entryMode: command["entry"]?.string ?? "ICC", cvm: command["cvm"]?.string ?? "OnlinePIN",
                                      pin: command["pin"]?.string)
-            if let p = card.pin, !TerminalCore.matches(p, 4...12, TerminalCore.isDigit) { return no("pin must be 4-12 digits") }
+            if let p = card.pin, !PaymentRules.isDigits(p, 4...12) { return no("pin must be 4-12 digits") }
             if transaction?.phase == .waitingForCard { cardPresented(card, now: now) } else { pendingCard = card }
             return ok()
         case "enterPin":
-            guard let pin = command["pin"]?.string, TerminalCore.matches(pin, 4...12, TerminalCore.isDigit) else { return no("pin must be 4-12 digits") }
+            guard let pin = command["pin"]?.string, PaymentRules.isDigits(pin, 4...12) else { return no("pin must be 4-12 digits") }
             guard transaction?.phase == .pinEntry else { return no("not waiting for a PIN") }
             transaction?.card?.pin = pin
             pinEntered(now: now)

@@ -59,9 +59,7 @@ public final class GatewayServer: @unchecked Sendable {
             if self.recordsBytes { self.wireBytes += bytes }
             do {
                 for frame in try decoder.feed(bytes) {
-                    var now = timespec()
-                    clock_gettime(CLOCK_REALTIME, &now)
-                    if let answer = self.core.handle(frame, now: WallTime(seconds: Int64(now.tv_sec))) {
+                    if let answer = self.core.handle(frame, now: WallTime.current()) {
                         let out = PaymentFrame.encode(answer)
                         if self.recordsBytes { self.wireBytes += out }
                         c.send(out)

@@ -127,7 +127,7 @@ public final class PaymentReader: @unchecked Sendable {
     private func connectOnLoop(path: String, serial: String?, configuration c: ReaderConnectionConfiguration,
                                finish: @escaping (Result<Void, PaymentError>) -> Void) {
         if busy(finish) { return }
-        guard ReaderConnectionConfiguration.isValidLocation(c.locationID) else {
+        guard PaymentRules.isLocationID(c.locationID) else {
             return finish(.failure(PaymentError(.invalidLocationId, "location id must match [A-Za-z0-9_-]{1,64}")))
         }
         guard link == nil else { return finish(.failure(PaymentError(.busy, "already connected"))) }
@@ -180,11 +180,7 @@ public final class PaymentReader: @unchecked Sendable {
         }
     }
 
-    static func wallNow() -> WallTime {
-        var t = timespec()
-        clock_gettime(CLOCK_REALTIME, &t)
-        return WallTime(seconds: Int64(t.tv_sec))
-    }
+    static func wallNow() -> WallTime { WallTime.current() }
 
     /// Opens a link and logs in; the link is handed over only when the login succeeded.
     private func establish(_ completion: @escaping (Result<ReaderLink, PaymentError>) -> Void) {
@@ -368,20 +364,13 @@ public final class PaymentReader: @unchecked Sendable {
         try await run { finish in paymentOnLoop(type: "Refund", amount: amountMinor, currency: currency, transactionID: transactionID, original: originalOperationID, finish: finish) }
     }
 
-    static func isTransactionID(_ s: String) -> Bool {
-        let c = Array(s.utf8)
-        func digit(_ b: UInt8) -> Bool { b >= 48 && b <= 57 }
-        guard (4...12).contains(c.count), c.prefix(4).allSatisfy(digit) else { return false }
-        return c.dropFirst(4).allSatisfy { digit($0) || ($0 | 0x20 >= 97 && $0 | 0x20 <= 122) }
-    }
-
     private func paymentOnLoop(type: String, amount: Int64, currency: Currency, transactionID: String, original: String?,
                                finish: @escaping (Result<PaymentOutcome, PaymentError>) -> Void) {
         if busy(finish) { return }
         guard let l = link, l.up, infoValue != nil else { return finish(.failure(PaymentError(.notConnected))) }
         guard (1...999_999_999_999).contains(amount) else { return finish(.failure(PaymentError(.invalidAmount, "\(amount)"))) }
         guard Currency.known.contains(currency) else { return finish(.failure(PaymentError(.unsupportedCurrency, currency.code))) }
-        guard Self.isTransactionID(transactionID) else { return finish(.failure(PaymentError(.invalidTransactionID, transactionID))) }
+        guard PaymentRules.isTransactionID(transactionID) else { return finish(.failure(PaymentError(.invalidTransactionID, transactionID))) }
         setState(.interaction)
         var ext: JSONValue = ["Route": "TerminalDirect"]
         ext = ext.setting("OriginalOperationID", original.map { .string($0) } ?? .null)
@@ -769,6 +758,15 @@ public final class PaymentReader: @unchecked Sendable {
                 l.answer(m, body: ["Response": PaymentResponseStatus.failure(.unreachableHost).json])
             }
         }
+    }
+}
+
+extension WallTime {
+    /// The system's real-time clock, for the programs that feed the sans-IO cores.
+    static func current() -> WallTime {
+        var t = timespec()
+        clock_gettime(CLOCK_REALTIME, &t)
+        return WallTime(seconds: Int64(t.tv_sec))
     }
 }
 

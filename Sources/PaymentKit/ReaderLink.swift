@@ -87,9 +87,7 @@ final class ReaderLink {
         do {
             let c = try StreamConnection.connect(to: endpoint, loop: loop)
             connection = c
-            var greeted = false
             c.onConnected = { [weak self] in
-                greeted = true
                 guard let self else { return }
                 self.up = true
                 self.finishReady(nil)
@@ -108,7 +106,6 @@ final class ReaderLink {
                 } else {
                     self.lose(nil)
                 }
-                _ = greeted
             }
         } catch {
             finishReady(PaymentError(.connectTimedOut, "\(error)"))

@@ -188,8 +188,4 @@ public struct ReaderConnectionConfiguration: Sendable {
         self.locationID = locationID
         self.gateway = gateway
     }
-
-    static func isValidLocation(_ s: String) -> Bool {
-        (1...64).contains(s.utf8.count) && s.utf8.allSatisfy { ($0 >= 48 && $0 <= 57) || ($0 | 0x20 >= 97 && $0 | 0x20 <= 122) || $0 == 95 || $0 == 45 }
-    }
 }

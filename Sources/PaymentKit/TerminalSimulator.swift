@@ -49,9 +49,7 @@ public final class TerminalSimulator: @unchecked Sendable {
     public init(configuration: Configuration, security: TerminalSecurity = .testDevice(), loop: EventLoop = .shared) {
         self.configuration = configuration
         self.loop = loop
-        var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
-        core = loop.sync { TerminalCore(configuration: configuration.core, security: security, now: loop.now, wallClock: WallTime(seconds: Int64(now.tv_sec))) }
+        core = loop.sync { TerminalCore(configuration: configuration.core, security: security, now: loop.now, wallClock: WallTime.current()) }
     }
 
     /// Opens the control socket and boots.

@@ -15,7 +15,10 @@ final class PaymentWorld: @unchecked Sendable {
     let gateway: GatewayServer
     let terminal: TerminalSimulator
     let control: TerminalControl
-    let reader = PaymentReader()
+    /// A loop of the world's own, so that other suites' traffic on the shared loop does not
+    /// delay this world's timers.
+    let loop: EventLoop
+    let reader: PaymentReader
     let recorder = Recorder()
     let signingKey: [UInt8]
     var configuration: ReaderConnectionConfiguration
@@ -36,6 +39,9 @@ final class PaymentWorld: @unchecked Sendable {
         linkPath = directory + "/SIM-00000001"
         pcapPath = directory + "/session.pcap"
         signingKey = try SecureBytes.random(32)
+        loop = try EventLoop()
+        loop.startThread()
+        reader = PaymentReader(loop: loop)
         var gatewayConfig = GatewayCore.Configuration.testKeys
         if let update {
             let image = try SecureBytes.random(update.size)
@@ -48,7 +54,7 @@ final class PaymentWorld: @unchecked Sendable {
             if update.tamper { served[100] ^= 0x01 }
             gatewayConfig.update = (offer, served)
         }
-        gateway = GatewayServer(configuration: gatewayConfig)
+        gateway = GatewayServer(configuration: gatewayConfig, loop: loop)
         gateway.recordsBytes = true
         try gateway.start()
         let gatewayEndpoint = gateway.endpoint!
@@ -58,7 +64,7 @@ final class PaymentWorld: @unchecked Sendable {
         t.core.rebootDuration = .milliseconds(500)
         t.core.transmitTimeout = .seconds(3)
         terminalSetup(&t)
-        terminal = TerminalSimulator(configuration: t)
+        terminal = TerminalSimulator(configuration: t, loop: loop)
         terminal.recordsReaderBytes = true
         try terminal.start()
         control = try TerminalControl(port: terminal.controlEndpoint!.port)
@@ -67,6 +73,8 @@ final class PaymentWorld: @unchecked Sendable {
         configuration.backoffScale = 0.05
         configuration.reconnectTimeout = .seconds(20)
         configuration.pcapPath = pcapPath
+        // Three missed echoes at 2 s: a loaded CI machine must not look like a lost reader.
+        configuration.echoInterval = .seconds(2)
         reader.delegate = recorder
         reader.recordsBytes = true
     }
@@ -74,7 +82,7 @@ final class PaymentWorld: @unchecked Sendable {
     /// Logs in to the gateway and connects the SDK to the terminal.
     func connect() async throws {
         let login = try await GatewayClient.login(gateway: configuration.gateway, environment: "int", licence: "LIC-TEST-0001",
-                                                  user: "merchant", password: "secret")
+                                                  user: "merchant", password: "secret", loop: loop)
         configuration.sessionToken = login["SessionToken"]?.string
         try await reader.connect(path: linkPath, configuration: configuration)
     }
@@ -111,6 +119,8 @@ final class PaymentWorld: @unchecked Sendable {
         await reader.disconnect()
         await terminal.stop()
         gateway.stop()
+        // The loop's thread stays (idle in epoll): stopping it could strand a late `sync`
+        // from an object let go after the test.
         if !keepFiles { removeFiles() }
     }
 
