@@ -251,6 +251,53 @@ import Testing
     }
 }
 
+/// What an attacker between the terminal and the gateway (or holding the host) can try.
+@Suite(.serialized, .timeLimit(.minutes(10))) struct PaymentAttackTests {
+    /// A declined authorisation rewritten into an approval on its way back: the gateway's MAC
+    /// no longer matches, the terminal refuses it and the SDK reports 4006, not an approval.
+    @Test func forgedApprovalIsRefusedByTheTerminal() async throws {
+        let world = try PaymentWorld(relay: .forgeApprovals)
+        try await world.connect()
+        try world.presentCard()
+        do {
+            let outcome = try await world.reader.startPayment(amountMinor: 105, currency: .eur, transactionID: "7001")
+            Issue.record("a forged answer was delivered: \(outcome)")
+        } catch {
+            #expect(error.code == .responseMacInvalid)
+        }
+        #expect(world.relay?.forged == 1, "the relay rewrote the gateway's decline")
+        #expect(world.gateway.log.contains { $0.contains("7001 Normal 105 978 → declined 05") })
+        #expect(world.reader.state == .failed(.responseMacInvalid))
+        // The link and the terminal carry on: an honest approval goes through the same relay.
+        try world.presentCard()
+        let honest = try await world.reader.startPayment(amountMinor: 1050, currency: .eur, transactionID: "7002")
+        #expect(honest.result == .approved && world.relay?.forged == 1)
+        await world.shutdown()
+    }
+
+    /// The encrypted card payload of an approved payment, captured on its way and sent to the
+    /// gateway again over TCP: refused as a replay (4002), and no second approval is logged.
+    @Test func replayedAuthorisationIsRejectedByTheGateway() async throws {
+        let world = try PaymentWorld(relay: .record)
+        try await world.connect()
+        try world.presentCard()
+        let outcome = try await world.reader.startPayment(amountMinor: 2500, currency: .eur, transactionID: "7101")
+        #expect(outcome.result == .approved)
+        let captured = try #require(world.relay?.requests.first { $0["Type"]?.string == "Authorise" })
+        #expect(captured["KSN"]?.string?.isEmpty == false && captured["MAC"]?.string?.isEmpty == false)
+        let answer = await withCheckedContinuation { (c: CheckedContinuation<JSONValue?, Never>) in
+            world.loop.sync {
+                GatewayClient.exchange(captured, with: world.gateway.endpoint!, loop: world.loop, timeout: .seconds(10), observer: nil) {
+                    c.resume(returning: $0)
+                }
+            }
+        }
+        #expect(answer?["Result"]?.string == "error" && answer?["Error"]?.string == "4002", "\(answer?.text ?? "no answer")")
+        #expect(world.gateway.log.filter { $0.contains("7101 Normal 2500 978 → approved") }.count == 1)
+        await world.shutdown()
+    }
+}
+
 @Suite(.serialized, .timeLimit(.minutes(10))) struct UpdateTests {
     @Test func requiredUpdateInstallsDuringConnect() async throws {
         let world = try PaymentWorld(update: .init(required: true))

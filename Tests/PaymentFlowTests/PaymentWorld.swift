@@ -23,6 +23,8 @@ final class PaymentWorld: @unchecked Sendable {
     let signingKey: [UInt8]
     var configuration: ReaderConnectionConfiguration
     let pcapPath: String
+    /// A man in the middle between the terminal's proxied connections and the gateway, when asked.
+    let relay: FrameRelay?
 
     struct Update {
         var version = "1.1.0"
@@ -31,7 +33,7 @@ final class PaymentWorld: @unchecked Sendable {
         var tamper = false
     }
 
-    init(update: Update? = nil, terminalSetup: (inout TerminalSimulator.Configuration) -> Void = { _ in }) throws {
+    init(update: Update? = nil, relay relayMode: FrameRelay.Mode? = nil, terminalSetup: (inout TerminalSimulator.Configuration) -> Void = { _ in }) throws {
         var template = [UInt8]("/tmp/pppbridge-pay-XXXXXX".utf8CString.map { UInt8(bitPattern: $0) })
         directory = template.withUnsafeMutableBufferPointer { p in
             p.withMemoryRebound(to: CChar.self) { String(cString: mkdtemp($0.baseAddress!)) }
@@ -58,7 +60,12 @@ final class PaymentWorld: @unchecked Sendable {
         gateway.recordsBytes = true
         try gateway.start()
         let gatewayEndpoint = gateway.endpoint!
-        var t = TerminalSimulator.Configuration(linkPath: linkPath, gateway: gatewayEndpoint)
+        if let relayMode {
+            relay = try FrameRelay(mode: relayMode, upstream: gatewayEndpoint, loop: loop)
+        } else {
+            relay = nil
+        }
+        var t = TerminalSimulator.Configuration(linkPath: linkPath, gateway: relay?.endpoint ?? gatewayEndpoint)
         t.readerPort = Host.freePort()
         t.core.updatePublicKey = try Ed25519.publicKey(privateKey: signingKey)
         t.core.rebootDuration = .milliseconds(500)
@@ -68,7 +75,8 @@ final class PaymentWorld: @unchecked Sendable {
         terminal.recordsReaderBytes = true
         try terminal.start()
         control = try TerminalControl(port: terminal.controlEndpoint!.port)
-        configuration = ReaderConnectionConfiguration(locationID: "tml_test_1", gateway: gatewayEndpoint)
+        // With a relay, the host's proxy lets the terminal reach only the relay.
+        configuration = ReaderConnectionConfiguration(locationID: "tml_test_1", gateway: relay?.endpoint ?? gatewayEndpoint)
         configuration.readerPort = t.readerPort
         configuration.backoffScale = 0.05
         configuration.reconnectTimeout = .seconds(20)
@@ -119,6 +127,7 @@ final class PaymentWorld: @unchecked Sendable {
         await reader.disconnect()
         await terminal.stop()
         gateway.stop()
+        if let relay { loop.sync { relay.close() } }
         // The loop's thread stays (idle in epoll): stopping it could strand a late `sync`
         // from an object let go after the test.
         if !keepFiles { removeFiles() }
@@ -138,6 +147,80 @@ final class PaymentWorld: @unchecked Sendable {
             out += chunk[0..<n]
         }
         return out
+    }
+}
+
+/// A man in the middle on loopback: the terminal's SOCKS target, forwarding each frame to the
+/// real gateway and back. It keeps every request it saw; with `.forgeApprovals` it rewrites
+/// declined authorisation answers into approvals (leaving the gateway's MAC as it was), the
+/// forgery a compromised host would try.
+final class FrameRelay: @unchecked Sendable {
+    enum Mode { case record, forgeApprovals }
+    let mode: Mode
+    let upstream: TCPEndpoint
+    let loop: EventLoop
+    private var listener: StreamListener?
+    private var pairs: [ObjectIdentifier: StreamConnection] = [:]
+    /// Every request frame's payload, in order (loop-confined; read through `requests`).
+    private var seen: [[UInt8]] = []
+    private var rewritten = 0
+
+    init(mode: Mode, upstream: TCPEndpoint, loop: EventLoop) throws {
+        self.mode = mode
+        self.upstream = upstream
+        self.loop = loop
+        let error: SystemError? = loop.sync {
+            do throws(SystemError) {
+                listener = try StreamListener(on: TCPEndpoint(IPv4Address(127, 0, 0, 1), 0), loop: loop) { [weak self] c in self?.accepted(c) }
+                return nil
+            } catch { return error }
+        }
+        if let error { throw error }
+    }
+
+    var endpoint: TCPEndpoint { loop.sync { listener!.endpoint } }
+    var requests: [JSONValue] { loop.sync { seen.compactMap { try? JSONParser.parse($0) } } }
+    var forged: Int { loop.sync { rewritten } }
+
+    /// Stops listening and closes every relayed connection (on the loop).
+    func close() {
+        listener?.close()
+        listener = nil
+        for s in pairs.values { s.close() }
+        pairs = [:]
+    }
+
+    private func accepted(_ client: StreamConnection) {
+        guard let server = try? StreamConnection.connect(to: upstream, loop: loop) else { return client.close(reset: true) }
+        pairs[ObjectIdentifier(client)] = server
+        var fromClient = PaymentFrameDecoder(), fromServer = PaymentFrameDecoder()
+        client.onData = { [weak self] bytes in
+            guard let self, let frames = try? fromClient.feed(bytes) else { return client.close(reset: true) }
+            for f in frames {
+                self.seen.append(f)
+                server.send(PaymentFrame.encode(f))
+            }
+        }
+        server.onData = { [weak self] bytes in
+            guard let self, let frames = try? fromServer.feed(bytes) else { return client.close(reset: true) }
+            for f in frames {
+                guard self.mode == .forgeApprovals, var answer = try? JSONParser.parse(f), answer["Type"]?.string == "AuthoriseResult",
+                      answer["Result"]?.string == "declined" else {
+                    client.send(PaymentFrame.encode(f))
+                    continue
+                }
+                answer = answer.setting("Result", "approved").setting("ResponseCode", "00").setting("ApprovalCode", "123456")
+                self.rewritten += 1
+                client.send(PaymentFrame.encode(answer))
+            }
+        }
+        client.onEndOfStream = { server.shutdownWrite() }
+        server.onEndOfStream = { client.shutdownWrite() }
+        client.onClose = { [weak self] _ in
+            server.close()
+            self?.pairs[ObjectIdentifier(client)] = nil
+        }
+        server.onClose = { _ in client.shutdownWrite() }
     }
 }
 
