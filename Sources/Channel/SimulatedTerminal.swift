@@ -58,11 +58,15 @@ public final class SimulatedTerminal: @unchecked Sendable {
             self.down = reason
             self.result = nil
             self.wakeUpWaiters(nil)
+            self.onDown?(reason)
         }
         sessionEvents = events
     }
 
     private var sessionEvents: (LinkEvent) -> Void = { _ in }
+
+    /// Called on the loop when the link goes down (the peer closed it, the line hung up).
+    public var onDown: ((LinkDownReason) -> Void)?
 
     deinit {
         let session = self.session

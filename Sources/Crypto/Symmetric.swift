@@ -281,6 +281,48 @@ public enum Ed25519 {
     }
 }
 
+/// X25519 key agreement (RFC 7748) through `EVP_PKEY_derive`: the pairing of a host with a
+/// reader.
+public enum X25519 {
+    /// The 32-byte public key of a 32-byte private key.
+    public static func publicKey(privateKey: [UInt8]) throws -> [UInt8] {
+        guard privateKey.count == 32, let pkey = EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, nil, privateKey, 32) else {
+            ERR_clear_error()
+            throw CryptoError("X25519 private key", "expected 32 bytes, got \(privateKey.count)")
+        }
+        defer { EVP_PKEY_free(pkey) }
+        var out = [UInt8](repeating: 0, count: 32)
+        var length = 32
+        guard EVP_PKEY_get_raw_public_key(pkey, &out, &length) == 1, length == 32 else { throw CryptoError("X25519 public key") }
+        return out
+    }
+
+    /// The shared secret of our private key and the peer's public key; throws for a peer key
+    /// that gives the all-zero secret (a small-order point).
+    public static func sharedSecret(privateKey: [UInt8], peerPublicKey: [UInt8]) throws -> [UInt8] {
+        guard privateKey.count == 32, let ours = EVP_PKEY_new_raw_private_key(EVP_PKEY_X25519, nil, privateKey, 32) else {
+            ERR_clear_error()
+            throw CryptoError("X25519 private key")
+        }
+        defer { EVP_PKEY_free(ours) }
+        guard peerPublicKey.count == 32, let theirs = EVP_PKEY_new_raw_public_key(EVP_PKEY_X25519, nil, peerPublicKey, 32) else {
+            ERR_clear_error()
+            throw CryptoError("X25519 peer key", "expected 32 bytes, got \(peerPublicKey.count)")
+        }
+        defer { EVP_PKEY_free(theirs) }
+        guard let ctx = EVP_PKEY_CTX_new(ours, nil) else { throw CryptoError("EVP_PKEY_CTX_new") }
+        defer { EVP_PKEY_CTX_free(ctx) }
+        var secret = [UInt8](repeating: 0, count: 32)
+        var length = 32
+        guard EVP_PKEY_derive_init(ctx) == 1, EVP_PKEY_derive_set_peer(ctx, theirs) == 1,
+              EVP_PKEY_derive(ctx, &secret, &length) == 1, length == 32 else {
+            ERR_clear_error()
+            throw CryptoError("X25519 derive", "the peer's key is not usable")
+        }
+        return secret
+    }
+}
+
 /// Hex text ↔ bytes, as the payment protocols write keys and ciphertexts (upper case).
 public enum Hex {
     public static func encode(_ bytes: [UInt8]) -> String {

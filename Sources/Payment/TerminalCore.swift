@@ -18,6 +18,11 @@ public final class TerminalCore: @unchecked Sendable {
         public var loginUpdateCheckTimeout: Duration = .seconds(3)
         public var rebootDuration: Duration = .seconds(3)
         public var updateChunkSize = 8192
+        /// Hosts must pair (SPEC §4.5) before they may log in.
+        public var requiresPairing = false
+        /// Whether the person at the terminal confirms a pairing's passkey (the simulator's
+        /// stand-in for pressing OK; false: every pairing is rejected here).
+        public var confirmsPairing = true
         public init() {}
     }
 
@@ -47,6 +52,10 @@ public final class TerminalCore: @unchecked Sendable {
     private var admin: AdminOperation?
     private var deviceCounter = 0
     private var results: [StoredResult] = []
+    /// Bonded hosts (by SaleID) and their link keys.
+    private var bonds: [String: [UInt8]] = [:]
+    /// The passkey on the terminal's display while a pairing waits.
+    private var shownPasskey: String?
     private var operations: [String: ApprovedOperation] = [:]
     private var transactionIDs: Set<String> = []
     private var gatewayQueue: [GatewayRequest] = []
@@ -85,6 +94,13 @@ public final class TerminalCore: @unchecked Sendable {
         var environment: String
         var locationID: String
         var usedServiceIDs: Set<String> = []
+        /// A pairing awaiting the host's confirmation: nothing but that (or logout) is allowed.
+        var pairing: PendingPairing?
+    }
+
+    struct PendingPairing {
+        var linkKey: [UInt8]
+        var passkey: String
     }
 
     enum Phase: String { case waitingForCard = "WaitingForCard", cardRead = "CardRead", pinEntry = "PinEntry", authorizing = "Authorizing" }
@@ -145,6 +161,7 @@ public final class TerminalCore: @unchecked Sendable {
         var header: PaymentMessage.Header
         var session: Session
         var deadline: Instant
+        var pairing: JSONValue?
     }
 
     struct AdminOperation {
@@ -166,6 +183,7 @@ public final class TerminalCore: @unchecked Sendable {
         hostConnected = false
         session = nil
         pendingLogin = nil
+        shownPasskey = nil
         record("host disconnected")
         // A host-relayed gateway exchange cannot complete without the host.
         if let inFlight = gatewayInFlight, inFlight.hostRelay { gatewayDidFail(now: now) }
@@ -210,6 +228,10 @@ public final class TerminalCore: @unchecked Sendable {
             return fail(h, .messageFormat, [("reason", "DuplicateServiceID")])
         }
         session?.usedServiceIDs.insert(sid)
+        if s.pairing != nil {
+            if h.category == .admin, m.body["ServiceIdentification"]?.string == "ConfirmPairing" { return confirmPairing(m) }
+            if h.category != .logout { return fail(h, .notAllowed, [("reason", "PairingPending")]) }
+        }
         if h.category == .transactionStatus { return transactionStatus(m) }
         if h.category == .admin, m.body["ServiceIdentification"]?.string == "CancelUpdate" { return cancelUpdate(m, now: now) }
         if transaction != nil || admin != nil { return fail(h, .busy) }
@@ -309,9 +331,35 @@ public final class TerminalCore: @unchecked Sendable {
         }
         var s = Session(saleID: h.saleID, merchantID: merchant, terminalID: terminal, environment: environment, locationID: location)
         s.usedServiceIDs.insert(h.identifier ?? "")
+        var pairingExt: JSONValue?
+        if configuration.requiresPairing {
+            if let hostKey = ext?["Pairing"]?["HostPublicKey"]?.string.flatMap(Hex.decode) {
+                guard let ours = try? SecureBytes.random(32), let publicKey = try? X25519.publicKey(privateKey: ours),
+                      let shared = try? X25519.sharedSecret(privateKey: ours, peerPublicKey: hostKey),
+                      let key = try? Pairing.linkKey(sharedSecret: shared, hostPublicKey: hostKey, terminalPublicKey: publicKey) else {
+                    return fail(h, .messageFormat, [("reason", "PairingKeyInvalid")])
+                }
+                let passkey = Pairing.passkey(hostPublicKey: hostKey, terminalPublicKey: publicKey)
+                s.pairing = PendingPairing(linkKey: key, passkey: passkey)
+                shownPasskey = passkey
+                pairingExt = ["TerminalPublicKey": .string(Hex.encode(publicKey))]
+                record("pairing with \(h.saleID): passkey on the display")
+            } else if let proof = ext?["Bond"]?["Proof"]?.string {
+                guard let key = bonds[h.saleID] else {
+                    return fail(h, .notAllowed, [("reason", "PairingLost")])
+                }
+                let expected = Pairing.proof(linkKey: key, hostID: h.saleID, poiID: configuration.serialNumber,
+                                             dateTime: m.body["DateTime"]?.string ?? "")
+                guard SecureBytes.equal(Array(expected.utf8), Array(proof.uppercased().utf8)) else {
+                    return fail(h, .notAllowed, [("reason", "PairingLost")])
+                }
+            } else {
+                return fail(h, .notAllowed, [("reason", "PairingRequired")])
+            }
+        }
         record("login from \(h.saleID) at \(location) (\(environment))")
         // Ask the gateway for updates first; answer when it replies or after a short wait.
-        pendingLogin = PendingLogin(header: h, session: s, deadline: now + configuration.loginUpdateCheckTimeout)
+        pendingLogin = PendingLogin(header: h, session: s, deadline: now + configuration.loginUpdateCheckTimeout, pairing: pairingExt)
         enqueueGateway(.updateCheck, ["Type": "UpdateCheck", "Version": .string(configuration.softwareVersion),
                                       "SerialNumber": .string(configuration.serialNumber)],
                        timeout: configuration.loginUpdateCheckTimeout, now: now)
@@ -327,6 +375,7 @@ public final class TerminalCore: @unchecked Sendable {
             "KeyProfile": ["Scheme": "AES128-DUKPT", "TransactionsRemaining": .integer(security.transactionsRemaining)],
         ]
         if let offer = availableUpdate { ext = ext.setting("AvailableUpdate", offer.json) }
+        if let pairing = pending.pairing { ext = ext.setting("Pairing", pairing) }
         respond(pending.header, body: [
             "Response": PaymentResponseStatus.success.json,
             "POISystemData": [
@@ -655,6 +704,27 @@ public final class TerminalCore: @unchecked Sendable {
         }
     }
 
+    /// The host's person confirmed the passkey: the bond is kept if ours did too.
+    func confirmPairing(_ m: PaymentMessage) {
+        guard let pairing = session?.pairing else { return fail(m.header, .notFound) }
+        shownPasskey = nil
+        let expected = Pairing.confirmation(linkKey: pairing.linkKey, passkey: pairing.passkey)
+        guard let given = m.body["Ext"]?["Confirmation"]?.string,
+              SecureBytes.equal(Array(expected.utf8), Array(given.uppercased().utf8)) else {
+            session = nil
+            return fail(m.header, .notAllowed, [("reason", "PairingRejected")])
+        }
+        guard configuration.confirmsPairing else {
+            session = nil
+            record("pairing with \(m.header.saleID) rejected at the terminal")
+            return fail(m.header, .notAllowed, [("reason", "PairingRejected")])
+        }
+        bonds[m.header.saleID] = pairing.linkKey
+        session?.pairing = nil
+        record("paired with \(m.header.saleID)")
+        respond(m.header, body: ["Response": PaymentResponseStatus.success.json])
+    }
+
     func cancelUpdate(_ m: PaymentMessage, now: Instant) {
         guard admin != nil else { return fail(m.header, .notFound) }
         admin?.canceled = true
@@ -838,8 +908,12 @@ public final class TerminalCore: @unchecked Sendable {
             } catch {
                 return no("\(error)")
             }
+        case "erasePairing":
+            bonds = [:]
+            record("bonds erased")
+            return ok()
         case "status":
-            return ok([("serial", .string(configuration.serialNumber)), ("version", .string(configuration.softwareVersion)),
+            return ok([("passkey", shownPasskey.map { .string($0) } ?? .null), ("bonds", .integer(Int64(bonds.count))),("serial", .string(configuration.serialNumber)), ("version", .string(configuration.softwareVersion)),
                        ("loggedIn", .bool(session != nil)), ("busy", .bool(transaction != nil || admin != nil)),
                        ("phase", transaction.map { .string($0.phase.rawValue) } ?? .null),
                        ("ksnCounter", .integer(Int64(security.counter))), ("battery", .number(TerminalCore.fraction(configuration.battery)))])

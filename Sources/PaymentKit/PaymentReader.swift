@@ -86,6 +86,20 @@ public final class PaymentReader: @unchecked Sendable {
     }
 
     private var lastOutcome: PaymentOutcome?
+    /// The reader being connected to, as discovery or its advertisement described it.
+    private var peripheral: DiscoveredReader?
+    /// Our X25519 key while a pairing runs.
+    private var pairingKey: [UInt8]?
+    private var discovery: DiscoveryRun?
+    private var lastChannel: Channel?
+    private var lastLineLost = false
+
+    struct DiscoveryRun {
+        var core: DiscoveryCore
+        var pattern: String
+        var timer: Int?
+        var finish: (Result<DiscoveredReader?, PaymentError>) -> Void
+    }
 
     // MARK: Plumbing
 
@@ -119,21 +133,48 @@ public final class PaymentReader: @unchecked Sendable {
     /// Connects to the reader whose line is at `path` (its name is the reader's serial number),
     /// logs in with the location, and installs a required update before returning.
     public func connect(path: String, serialNumber: String? = nil, configuration: ReaderConnectionConfiguration) async throws(PaymentError) {
+        await previousLinkClosed()
         let _: Bool = try await run { finish in
             connectOnLoop(path: path, serial: serialNumber, configuration: configuration) { r in finish(r.map { true }) }
         }
     }
 
-    private func connectOnLoop(path: String, serial: String?, configuration c: ReaderConnectionConfiguration,
-                               finish: @escaping (Result<Void, PaymentError>) -> Void) {
-        if busy(finish) { return }
+    /// Connects to a discovered reader; a discovery still running completes with it.
+    public func connect(_ reader: DiscoveredReader, configuration: ReaderConnectionConfiguration) async throws(PaymentError) {
+        await previousLinkClosed()
+        let _: Bool = try await run { finish in
+            if discovery != nil { endDiscovery(.success(reader), state: .ready) }
+            connectOnLoop(path: reader.path, serial: reader.serialNumber, peripheral: reader, configuration: configuration) { r in finish(r.map { true }) }
+        }
+    }
+
+    private func connectOnLoop(path: String, serial: String?, peripheral known: DiscoveredReader? = nil, configuration c: ReaderConnectionConfiguration,
+                               linePolls: Int = 0, finish: @escaping (Result<Void, PaymentError>) -> Void) {
+        if linePolls == 0, busy(finish) { return }
         guard PaymentRules.isLocationID(c.locationID) else {
             return finish(.failure(PaymentError(.invalidLocationId, "location id must match [A-Za-z0-9_-]{1,64}")))
         }
         guard link == nil else { return finish(.failure(PaymentError(.busy, "already connected"))) }
-        guard access(path, F_OK) == 0 else { return finish(.failure(PaymentError(.readerNotFound, path))) }
+        // The line may be missing for a moment (a terminal re-arming it); gone for a second, it is not there.
+        if access(path, F_OK) != 0 {
+            guard linePolls < 20 else {
+                setState(.failed(.readerNotFound))
+                return finish(.failure(PaymentError(.readerNotFound, path)))
+            }
+            setState(.connecting)
+            _ = loop.schedule(at: loop.now + .milliseconds(50)) { [weak self] in
+                self?.connectOnLoop(path: path, serial: serial, peripheral: known, configuration: c, linePolls: linePolls + 1, finish: finish)
+            }
+            return
+        }
+        let peripheral = known ?? ReaderLines.advert(at: path)
+        if let peripheral, peripheral.requiresPairing, c.bonds.key(for: peripheral.peripheralUUID) == nil, !c.autoPair {
+            setState(.failed(.pairingRequired))
+            return finish(.failure(PaymentError(.pairingRequired, "\(peripheral.serialNumber) must be paired first (autoPair)")))
+        }
+        self.peripheral = peripheral
         self.path = path
-        self.serial = serial ?? String(path.split(separator: "/").last ?? "")
+        self.serial = serial ?? peripheral?.serialNumber ?? String(path.split(separator: "/").last ?? "")
         self.configuration = c
         explicitDisconnect = false
         setState(.connecting)
@@ -162,39 +203,64 @@ public final class PaymentReader: @unchecked Sendable {
             self.connectTimer = nil
             once(.failure(PaymentError(.connectTimedOut, "no reader login within \(c.connectTimeout)")))
         }
-        establish { [weak self] r in
-            guard let self else { return }
-            switch r {
-            case .failure(let e): once(.failure(e))
-            case .success(let l):
-                self.adopt(l)
-                if let offer = self.offer, offer.isRequired(at: Self.wallNow()) {
-                    if let t = self.connectTimer { self.loop.cancelTimer(t) }
-                    self.connectTimer = nil
-                    self.startInstall(offer, duringConnect: once, finish: nil)
-                } else {
-                    if let update = self.infoValue?.availableUpdate { self.delegate?.reader(self, didReportAvailableUpdate: update) }
-                    once(.success(()))
+        // A line that hangs up while we open it (a terminal re-arming its line after the last
+        // host left) is tried again until the connect timeout.
+        func attempt() {
+            establish { [weak self] r in
+                guard let self else { return }
+                switch r {
+                case .failure(let e):
+                    guard self.lastLineLost, !finished, self.connectTimer != nil else { return once(.failure(e)) }
+                    _ = self.loop.schedule(at: self.loop.now + .milliseconds(100)) {
+                        if !finished && self.connectTimer != nil { attempt() }
+                    }
+                case .success(let l): self.connected(l, once)
                 }
             }
+        }
+        attempt()
+    }
+
+    private func connected(_ l: ReaderLink, _ once: @escaping (Result<Void, PaymentError>) -> Void) {
+        adopt(l)
+        if let offer, offer.isRequired(at: Self.wallNow()) {
+            if let t = connectTimer { loop.cancelTimer(t) }
+            connectTimer = nil
+            startInstall(offer, duringConnect: once, finish: nil)
+        } else {
+            if let update = infoValue?.availableUpdate { delegate?.reader(self, didReportAvailableUpdate: update) }
+            once(.success(()))
         }
     }
 
     static func wallNow() -> WallTime { WallTime.current() }
 
+
+    /// A link given up (a failed login, a rejected pairing) may still be saying goodbye on the
+    /// line; a new one on the same line waits until it is down.
+    private func previousLinkClosed() async {
+        guard let previous = loop.sync({ link == nil ? lastChannel : nil }) else { return }
+        await previous.close()
+    }
+
     /// Opens a link and logs in; the link is handed over only when the login succeeded.
     private func establish(_ completion: @escaping (Result<ReaderLink, PaymentError>) -> Void) {
         guard let path, let configuration else { return completion(.failure(PaymentError(.notConnected))) }
         let l = ReaderLink(path: path, configuration: configuration, loop: loop)
+        lastChannel = l.channel
         l.setPOIID(serial ?? "UNKNOWN")
         l.observer = { [weak self] bytes in
             guard let self, self.recordsBytes else { return }
             self.wire += bytes
         }
         if episode != nil { episode?.candidate = l }
+        lastLineLost = false
         l.open { [weak self, l] error in
             guard let self else { return }
-            if let error { return completion(.failure(error)) }
+            if let error {
+                self.lastLineLost = l.lineLost
+                return completion(.failure(error))
+            }
             self.login(l, completion)
         }
     }
@@ -204,8 +270,21 @@ public final class PaymentReader: @unchecked Sendable {
         var ext: JSONValue = ["LocationID": .string(c.locationID), "Environment": .string(c.environment), "AppLicence": .string(c.licence),
                               "MerchantID": .string(c.merchantID), "TerminalID": .string(c.terminalID)]
         if let token = c.sessionToken { ext = ext.setting("SessionToken", .string(token)) }
+        let dateTime = Self.wallNow().description
+        pairingKey = nil
+        if let p = peripheral, p.requiresPairing {
+            if let key = c.bonds.key(for: p.peripheralUUID) {
+                ext = ext.setting("Bond", ["Proof": .string(Pairing.proof(linkKey: key, hostID: c.saleID, poiID: l.poiID, dateTime: dateTime))])
+            } else if c.autoPair, let ours = try? SecureBytes.random(32), let pub = try? X25519.publicKey(privateKey: ours) {
+                pairingKey = ours
+                ext = ext.setting("Pairing", ["HostPublicKey": .string(Hex.encode(pub))])
+            } else {
+                l.teardown()
+                return completion(.failure(PaymentError(.pairingRequired, "\(p.serialNumber) must be paired first")))
+            }
+        }
         l.request(.login, body: [
-            "DateTime": .string(Self.wallNow().description),
+            "DateTime": .string(dateTime),
             "SaleSoftware": ["ProviderIdentification": "pppbridge", "ApplicationName": "pppbridge", "SoftwareVersion": "0.1.0", "CertificationCode": "none"],
             "SaleTerminalData": ["TerminalEnvironment": "Attended", "SaleCapabilities": ["CashierDisplay", "CashierStatus", "PrinterReceipt"]],
             "OperatorLanguage": "en",
@@ -219,8 +298,15 @@ public final class PaymentReader: @unchecked Sendable {
             }
             guard status?.result == .success else {
                 l.teardown()
-                if status?.value("reason") == "TestKeysInProduction" {
+                switch status?.value("reason") {
+                case "TestKeysInProduction"?:
                     return completion(.failure(PaymentError(.environmentMismatch, "the reader holds test keys")))
+                case "PairingRequired"?:
+                    return completion(.failure(PaymentError(.pairingRequired, "the reader requires pairing")))
+                case "PairingLost"?:
+                    if let p = self.peripheral { c.bonds.remove(p.peripheralUUID) }
+                    return completion(.failure(PaymentError(.pairingLost, "the reader no longer knows this host; the bond was deleted")))
+                default: break
                 }
                 return completion(.failure(PaymentError(.readerLoginFailed, status.map { "\($0.json.text)" } ?? "no status")))
             }
@@ -235,8 +321,79 @@ public final class PaymentReader: @unchecked Sendable {
                                   availableUpdate: offer.map { ReaderSoftwareUpdate(deviceSoftwareVersion: $0.version, durationEstimate: $0.durationEstimate,
                                                                                      requiredAt: $0.requiredAt, size: $0.size) },
                                   locationID: ext?["LocationID"]?.string ?? c.locationID)
+            guard let ours = self.pairingKey else { return completion(.success(l)) }
+            self.pairingKey = nil
+            self.completePairing(l, ours: ours, terminalKey: ext?["Pairing"]?["TerminalPublicKey"]?.string.flatMap(Hex.decode), completion)
+        }
+    }
+
+    /// Numeric comparison: both sides derive the passkey from the two public keys; the person
+    /// confirms it matches the reader's display; the confirmation commits the reader's bond.
+    private func completePairing(_ l: ReaderLink, ours: [UInt8], terminalKey: [UInt8]?,
+                                 _ completion: @escaping (Result<ReaderLink, PaymentError>) -> Void) {
+        guard let c = configuration, let p = peripheral, let terminalKey, let hostKey = try? X25519.publicKey(privateKey: ours),
+              let shared = try? X25519.sharedSecret(privateKey: ours, peerPublicKey: terminalKey),
+              let linkKey = try? Pairing.linkKey(sharedSecret: shared, hostPublicKey: hostKey, terminalPublicKey: terminalKey) else {
+            l.teardown()
+            return completion(.failure(PaymentError(.pairingRejected, "the reader's pairing key is missing or unusable")))
+        }
+        let passkey = Pairing.passkey(hostPublicKey: hostKey, terminalPublicKey: terminalKey)
+        guard delegate?.reader(self, confirmPairing: passkey) == true else {
+            l.teardown()
+            return completion(.failure(PaymentError(.pairingRejected, "passkey \(passkey) not confirmed")))
+        }
+        l.request(.admin, body: ["ServiceIdentification": "ConfirmPairing",
+                                 "Ext": ["Confirmation": .string(Pairing.confirmation(linkKey: linkKey, passkey: passkey))]]) { response in
+            guard PaymentResponseStatus(json: response.body["Response"])?.result == .success else {
+                l.teardown()
+                return completion(.failure(PaymentError(.pairingRejected, "the reader rejected the pairing")))
+            }
+            c.bonds.store(linkKey, for: p.peripheralUUID)
             completion(.success(l))
         }
+    }
+
+    // MARK: Discovery
+
+    /// Discovers readers on the lines matching `pattern` (SPEC §4.5): updates go to the
+    /// delegate; it ends when `connect(_:configuration:)` picks a reader (returned), at the
+    /// scan's timeout (`discoveryTimedOut`) or on `cancel()` (`canceled`).
+    @discardableResult
+    public func discoverReaders(_ configuration: DiscoveryConfiguration, pattern: String = ReaderLines.defaultPattern) async throws(PaymentError) -> DiscoveredReader? {
+        try await run { finish in
+            if busy(finish) { return }
+            do throws(PaymentError) { _ = try ReaderLines.scan(pattern) } catch {
+                setState(.failed(error.code))
+                return finish(.failure(error))
+            }
+            discovery = DiscoveryRun(core: DiscoveryCore(configuration: configuration, now: loop.now), pattern: pattern, finish: finish)
+            setState(.discovery)
+            discoveryTick()
+        }
+    }
+
+    private func discoveryTick() {
+        guard var d = discovery else { return }
+        d.timer = nil
+        let seen = (try? ReaderLines.scan(d.pattern)) ?? []
+        let events = d.core.tick(seen, now: loop.now)
+        discovery = d
+        for e in events {
+            switch e {
+            case .update(let readers): delegate?.reader(self, didUpdateDiscoveredReaders: readers)
+            case .failed(let code): return endDiscovery(.failure(PaymentError(code, "no reader chosen in time")), state: .failed(code))
+            }
+        }
+        guard discovery != nil else { return }
+        discovery?.timer = loop.schedule(at: d.core.nextTick(after: loop.now)) { [weak self] in self?.discoveryTick() }
+    }
+
+    private func endDiscovery(_ result: Result<DiscoveredReader?, PaymentError>, state: PaymentState) {
+        guard let d = discovery else { return }
+        discovery = nil
+        if let t = d.timer { loop.cancelTimer(t) }
+        setState(state)
+        d.finish(result)
     }
 
     /// Makes `l` the current link.
@@ -450,6 +607,8 @@ public final class PaymentReader: @unchecked Sendable {
     public func cancel() {
         loop.sync {
             switch stateValue {
+            case .discovery:
+                endDiscovery(.failure(PaymentError(.canceled, "discovery canceled")), state: .failed(.canceled))
             case .interaction:
                 guard let p = payment, let l = link else { return }
                 l.request(.abort, body: ["MessageReference": ["MessageCategory": "Payment", "ServiceID": .string(p.serviceID), "SaleID": .string(p.saleID)],

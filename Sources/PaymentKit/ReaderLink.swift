@@ -45,6 +45,18 @@ final class ReaderLink {
     }
 
     /// Opens the link and the reader connection; `ready` is called once.
+    /// Why the channel closed, once it has.
+    private(set) var closeReason: ChannelCloseReason?
+    private var drainTimer: Int?
+
+    /// The line itself went away (hung up or failed) rather than PPP refusing.
+    var lineLost: Bool {
+        switch closeReason {
+        case .lineHangUp?, .lineFailed?: return true
+        default: return false
+        }
+    }
+
     func open(ready: @escaping (PaymentError?) -> Void) {
         onReady = ready
         channel.observe { [weak self] event in self?.channelEvent(event) }
@@ -70,8 +82,16 @@ final class ReaderLink {
             }
             connectReader(tries: 0)
         case .closed(let reason):
+            closeReason = reason
             if onReady != nil {
                 finishReady(PaymentError(.pppNegotiationFailed, "\(reason)"))
+            } else if connection != nil {
+                // The terminal's last words (a Shutdown event) may still sit in the bridge's
+                // loopback socket: read them first; the bridge closing it ends the link.
+                drainTimer = loop.schedule(at: loop.now + .milliseconds(250)) { [weak self] in
+                    self?.drainTimer = nil
+                    self?.lose(reason)
+                }
             } else {
                 lose(reason)
             }
@@ -104,7 +124,7 @@ final class ReaderLink {
                 } else if self.onReady != nil {
                     self.finishReady(PaymentError(.connectTimedOut, "the reader port does not answer"))
                 } else {
-                    self.lose(nil)
+                    self.lose(self.closeReason)
                 }
             }
         } catch {
@@ -164,6 +184,8 @@ final class ReaderLink {
     func setPOIID(_ id: String) { poiID = id }
 
     private func lose(_ reason: ChannelCloseReason?) {
+        if let drainTimer { loop.cancelTimer(drainTimer) }
+        drainTimer = nil
         guard up, !gone else { return }
         let callback = onLost
         onLost = nil

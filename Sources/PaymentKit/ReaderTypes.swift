@@ -145,6 +145,12 @@ public protocol PaymentReaderDelegate: AnyObject {
     func reader(_ reader: PaymentReader, didFinishInstallingUpdate update: ReaderSoftwareUpdate?, error: PaymentError?)
     /// Host-relay route: whether to forward this authorisation (masked PAN, amount, KSN only).
     func reader(_ reader: PaymentReader, shouldSubmit summary: [String: String]) -> Bool
+    /// Discovery: the readers found so far (scan), or the one held close (proximity: first with
+    /// its serial only, then again with its battery level).
+    func reader(_ reader: PaymentReader, didUpdateDiscoveredReaders readers: [DiscoveredReader])
+    /// Pairing: whether the 6-digit passkey matches the one on the reader's display. The
+    /// default says no: a pairing nobody confirmed is rejected.
+    func reader(_ reader: PaymentReader, confirmPairing passkey: String) -> Bool
 }
 
 extension PaymentReaderDelegate {
@@ -159,6 +165,8 @@ extension PaymentReaderDelegate {
     public func reader(_ reader: PaymentReader, didReportReaderSoftwareUpdateProgress progress: Float) {}
     public func reader(_ reader: PaymentReader, didFinishInstallingUpdate update: ReaderSoftwareUpdate?, error: PaymentError?) {}
     public func reader(_ reader: PaymentReader, shouldSubmit summary: [String: String]) -> Bool { true }
+    public func reader(_ reader: PaymentReader, didUpdateDiscoveredReaders readers: [DiscoveredReader]) {}
+    public func reader(_ reader: PaymentReader, confirmPairing passkey: String) -> Bool { false }
 }
 
 /// How to reach and log in to a reader.
@@ -183,6 +191,10 @@ public struct ReaderConnectionConfiguration: Sendable {
     /// LCP echo every `echoInterval`; three missed bring the link down.
     public var echoInterval: Duration = .seconds(1)
     public var pcapPath: String?
+    /// Pair with a reader that requires it and has no bond yet (else `pairingRequired`).
+    public var autoPair = false
+    /// Where bonds with paired readers are kept.
+    public var bonds = BondStore()
 
     public init(locationID: String, gateway: TCPEndpoint) {
         self.locationID = locationID

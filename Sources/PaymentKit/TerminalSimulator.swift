@@ -1,4 +1,5 @@
 import Channel
+import Crypto
 import Glibc
 import NetStack
 import PPP
@@ -23,6 +24,12 @@ public final class TerminalSimulator: @unchecked Sendable {
         /// 0 picks a free port; `controlEndpoint` tells which.
         public var controlPort: UInt16 = 0
         public var link: LinkConfiguration = .terminal()
+        /// Publish an advertisement beside the line (`linkPath.advert`) for discovery.
+        public var advertises = true
+        /// The advertised peripheral UUID (nil: derived from the serial number).
+        public var peripheralUUID: String?
+        /// The advertised signal strength (nil: a wired line).
+        public var rssi: Int? = -48
 
         public init(linkPath: String, gateway: TCPEndpoint) {
             self.linkPath = linkPath
@@ -45,10 +52,12 @@ public final class TerminalSimulator: @unchecked Sendable {
     public var recordsReaderBytes = false
     /// Boots so far (1 after `start`).
     public private(set) var boots = 0
+    private var rssi: Int?
 
     public init(configuration: Configuration, security: TerminalSecurity = .testDevice(), loop: EventLoop = .shared) {
         self.configuration = configuration
         self.loop = loop
+        rssi = configuration.rssi
         core = loop.sync { TerminalCore(configuration: configuration.core, security: security, now: loop.now, wallClock: WallTime.current()) }
     }
 
@@ -80,6 +89,7 @@ public final class TerminalSimulator: @unchecked Sendable {
     public func stop() async {
         let t: SimulatedTerminal? = loop.sync {
             stopped = true
+            if configuration.advertises { ReaderLines.withdraw(path: configuration.linkPath) }
             if let restartTimer { loop.cancelTimer(restartTimer) }
             control?.close()
             for (c, _) in controlClients.values { c.close() }
@@ -94,7 +104,7 @@ public final class TerminalSimulator: @unchecked Sendable {
 
     // MARK: Boots
 
-    private func boot() throws(SystemError) {
+    private func boot(powerCycle: Bool = true) throws(SystemError) {
         let t = try SimulatedTerminal(line: .pty(linkedAt: configuration.linkPath), link: configuration.link, loop: loop)
         let reader = ReaderService(port: configuration.readerPort, core: core, gatewayExchange: { [weak self, weak t] payload, completion in
             guard let self, let t, let up = t.linkResult else { return completion(nil) }
@@ -111,11 +121,39 @@ public final class TerminalSimulator: @unchecked Sendable {
             self.readerBytes += bytes
         }
         t.add(reader)
+        // The host ended the link (a disconnect, a login it gave up on): like a real terminal
+        // the simulator waits for the next one, on a fresh line at the same path.
+        t.onDown = { [weak self, weak t] _ in
+            guard let self, let t, self.terminal === t, !self.stopped else { return }
+            self.terminal = nil
+            self.service = nil
+            self.restartTimer = self.loop.schedule(at: self.loop.now) { [weak self] in
+                guard let self, !self.stopped, self.terminal == nil else { return }
+                self.restartTimer = nil
+                try? self.boot(powerCycle: false)
+            }
+        }
         terminal = t
         service = reader
-        boots += 1
-        core.powerOn(now: loop.now)
+        if powerCycle {
+            boots += 1
+            core.powerOn(now: loop.now)
+        }
         try t.start()
+        advertise()
+    }
+
+    /// The advertisement as the terminal's state says now.
+    public var advertisement: DiscoveredReader {
+        let c = core.configuration
+        let uuid = configuration.peripheralUUID ?? DiscoveredReader.uuidText(Digest.hash(.sha256, Array(("pppbridge-reader|" + c.serialNumber).utf8)) ?? [])
+        return DiscoveredReader(path: configuration.linkPath, peripheralUUID: uuid.uppercased(), name: c.serialNumber, serialNumber: c.serialNumber,
+                                rssi: rssi, requiresPairing: c.requiresPairing, batteryLevel: c.battery, softwareVersion: c.softwareVersion)
+    }
+
+    private func advertise() {
+        guard configuration.advertises, !stopped else { return }
+        ReaderLines.publish(advertisement)
     }
 
     /// Goes down now; boots again after `restartAfter` (nil: stays down until `powerOn`).
@@ -195,6 +233,13 @@ public final class TerminalSimulator: @unchecked Sendable {
                 shutdown(reason: "dropLink", restartAfter: downFor, graceful: false)
             }
             return ["ok": true]
+        case "setRSSI":
+            if command["rssi"] == .null { rssi = nil } else {
+                guard let v = command["rssi"]?.integer, (-127...0).contains(v) else { return ["ok": false, "error": "rssi is -127...0 dBm or null (wired)"] }
+                rssi = Int(v)
+            }
+            advertise()
+            return ["ok": true]
         case "powerOn":
             guard terminal == nil else { return ["ok": false, "error": "already on"] }
             if let restartTimer { loop.cancelTimer(restartTimer) }
@@ -202,10 +247,12 @@ public final class TerminalSimulator: @unchecked Sendable {
             return ["ok": true]
         default:
             guard let service else {
-                return name == "status" ? core.control(command, now: now) : ["ok": false, "error": "terminal is off"]
+                // Between two lines (re-arming after a host left) the pad still answers.
+                return name == "status" || core.isPoweredOn ? core.control(command, now: now) : ["ok": false, "error": "terminal is off"]
             }
             let answer = service.withCore(now: now) { $0.control(command, now: now) }
             terminal?.kick()
+            advertise()
             return answer
         }
     }

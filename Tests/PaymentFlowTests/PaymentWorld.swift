@@ -18,6 +18,9 @@ final class PaymentWorld: @unchecked Sendable {
     /// A loop of the world's own, so that other suites' traffic on the shared loop does not
     /// delay this world's timers.
     let loop: EventLoop
+    /// The terminal's own loop: it is another device, and the SDK's delegate may ask it
+    /// things (its display) while the SDK's loop waits.
+    let terminalLoop: EventLoop
     let reader: PaymentReader
     let recorder = Recorder()
     let signingKey: [UInt8]
@@ -43,6 +46,8 @@ final class PaymentWorld: @unchecked Sendable {
         signingKey = try SecureBytes.random(32)
         loop = try EventLoop()
         loop.startThread()
+        terminalLoop = try EventLoop()
+        terminalLoop.startThread()
         reader = PaymentReader(loop: loop)
         var gatewayConfig = GatewayCore.Configuration.testKeys
         if let update {
@@ -71,7 +76,7 @@ final class PaymentWorld: @unchecked Sendable {
         t.core.rebootDuration = .milliseconds(500)
         t.core.transmitTimeout = .seconds(3)
         terminalSetup(&t)
-        terminal = TerminalSimulator(configuration: t, loop: loop)
+        terminal = TerminalSimulator(configuration: t, loop: terminalLoop)
         terminal.recordsReaderBytes = true
         try terminal.start()
         control = try TerminalControl(port: terminal.controlEndpoint!.port)
@@ -89,10 +94,28 @@ final class PaymentWorld: @unchecked Sendable {
 
     /// Logs in to the gateway and connects the SDK to the terminal.
     func connect() async throws {
+        try await login()
+        try await reader.connect(path: linkPath, configuration: configuration)
+    }
+
+    /// The merchant's gateway login (the session token goes into the connection configuration).
+    func login() async throws {
         let login = try await GatewayClient.login(gateway: configuration.gateway, environment: "int", licence: "LIC-TEST-0001",
                                                   user: "merchant", password: "secret", loop: loop)
         configuration.sessionToken = login["SessionToken"]?.string
-        try await reader.connect(path: linkPath, configuration: configuration)
+    }
+
+    /// Another terminal on a line in the same directory, on the terminal loop.
+    func addTerminal(serial: String, rssi: Int?, setup: (inout TerminalSimulator.Configuration) -> Void = { _ in }) throws -> TerminalSimulator {
+        var t = TerminalSimulator.Configuration(linkPath: directory + "/" + serial, gateway: gateway.endpoint!)
+        t.core.serialNumber = serial
+        t.core.updatePublicKey = terminal.configuration.core.updatePublicKey
+        t.readerPort = configuration.readerPort
+        t.rssi = rssi
+        setup(&t)
+        let sim = TerminalSimulator(configuration: t, loop: terminalLoop)
+        try sim.start()
+        return sim
     }
 
     func command(_ c: JSONValue) throws -> JSONValue { try control.send(c) }
@@ -245,6 +268,16 @@ final class Recorder: PaymentReaderDelegate, @unchecked Sendable {
     let cancelables = Locked<[Cancelable]>([])
     var shouldCancelUpdate = false
     var cancelReconnect = false
+    let discovered = Locked<[[DiscoveredReader]]>([])
+    /// Answers pairing requests (default: no).
+    var confirmPairing: (String) -> Bool = { _ in false }
+    let passkeys = Locked<[String]>([])
+
+    func reader(_ reader: PaymentReader, didUpdateDiscoveredReaders readers: [DiscoveredReader]) { discovered.mutate { $0.append(readers) } }
+    func reader(_ reader: PaymentReader, confirmPairing passkey: String) -> Bool {
+        passkeys.mutate { $0.append(passkey) }
+        return confirmPairing(passkey)
+    }
 
     func add(_ s: String) { lines.mutate { $0.append(s) } }
     func count(_ prefix: String) -> Int { lines.value.filter { $0.hasPrefix(prefix) }.count }

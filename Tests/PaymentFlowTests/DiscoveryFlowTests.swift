@@ -1,0 +1,138 @@
+import Channel
+import ChannelTestSupport
+import Crypto
+import Glibc
+import NetStack
+import Payment
+import PaymentKit
+import Testing
+
+/// Discovery over the lines this machine offers (three terminal simulators on ptys in one
+/// directory, each advertising beside its line) and pairing over the real link.
+@Suite(.serialized, .timeLimit(.minutes(10))) struct DiscoveryFlowTests {
+    @Test func scanProximityAndFilterOverTheLines() async throws {
+        let world = try PaymentWorld()
+        let near = try world.addTerminal(serial: "SIM-00000002", rssi: -40)
+        let far = try world.addTerminal(serial: "SIM-00000003", rssi: -70)
+        let pattern = world.directory + "/SIM-*"
+        try await world.login()
+
+        // A scan with a 1 s timeout: every reader, strongest first; then discoveryTimedOut.
+        let started = ContinuousClock.now
+        do {
+            try await world.reader.discoverReaders(.init(method: .scan(timeout: 1)), pattern: pattern)
+            Issue.record("the scan did not time out")
+        } catch { #expect(error.code == .discoveryTimedOut) }
+        let elapsed = ContinuousClock.now - started
+        #expect(elapsed >= .seconds(1) && elapsed < .seconds(5), "timed out after \(elapsed)")
+        #expect(world.recorder.discovered.value.last?.map(\.serialNumber) == ["SIM-00000002", "SIM-00000001", "SIM-00000003"])
+        #expect(world.reader.state == .failed(.discoveryTimedOut))
+
+        // The allowed-peripheral filter: [] admits nobody (the timeout still ends it), a list
+        // only those listed.
+        world.recorder.discovered.mutate { $0 = [] }
+        do {
+            try await world.reader.discoverReaders(.init(method: .scan(timeout: 1), allowedPeripheralUUIDs: []), pattern: pattern)
+        } catch { #expect(error.code == .discoveryTimedOut) }
+        #expect(world.recorder.discovered.value.isEmpty)
+        let farUUID = far.advertisement.peripheralUUID
+        let filtered = Task { try await world.reader.discoverReaders(.init(method: .scan(timeout: 0), allowedPeripheralUUIDs: [farUUID]), pattern: pattern) }
+        #expect(await world.eventually("the filtered reader") { !world.recorder.discovered.value.isEmpty })
+        #expect(world.recorder.discovered.value.allSatisfy { $0.map(\.serialNumber) == ["SIM-00000003"] })
+        // Timeout 0 runs until cancelled; a second discovery meanwhile is busy and changes nothing.
+        try await Task.sleep(for: .milliseconds(1500))
+        do {
+            try await world.reader.discoverReaders(.init(method: .proximity), pattern: pattern)
+            Issue.record("a second discovery ran")
+        } catch { #expect(error.code == .busy) }
+        #expect(world.reader.state == .discovery)
+        world.reader.cancel()
+        do {
+            _ = try await filtered.value
+            Issue.record("the cancelled discovery succeeded")
+        } catch { #expect((error as? PaymentError)?.code == .canceled) }
+
+        // Proximity: exactly one reader, the nearest; first its serial only, then with battery.
+        world.recorder.discovered.mutate { $0 = [] }
+        let proximity = Task { try await world.reader.discoverReaders(.init(method: .proximity), pattern: pattern) }
+        #expect(await world.eventually("two proximity reports") { world.recorder.discovered.value.count == 2 })
+        let reports = world.recorder.discovered.value
+        #expect(reports.allSatisfy { $0.count == 1 && $0[0].serialNumber == "SIM-00000002" })
+        #expect(reports.first?.first?.batteryLevel == nil && reports.last?.first?.batteryLevel == 0.82)
+        try await Task.sleep(for: .milliseconds(600))
+        #expect(world.recorder.discovered.value.count == 2, "never reported again")
+        // Connecting to it completes the discovery with that reader.
+        let chosen = try #require(reports.last?.first)
+        try await world.reader.connect(chosen, configuration: world.configuration)
+        #expect(try await proximity.value == chosen)
+        #expect(world.reader.info?.serialNumber == "SIM-00000002")
+        #expect(world.reader.isConnected)
+        await world.reader.disconnect()
+
+        // No lines directory: the "radio" is off.
+        do {
+            try await world.reader.discoverReaders(.init(method: .scan(timeout: 1)), pattern: world.directory + "/missing/*")
+        } catch { #expect(error.code == .bluetoothDisabled) }
+
+        await near.stop()
+        await far.stop()
+        await world.shutdown()
+    }
+
+    @Test func pairingRequiredRejectedConfirmedAndLost() async throws {
+        let world = try PaymentWorld { $0.core.requiresPairing = true }
+        try await world.login()
+        let uuid = world.terminal.advertisement.peripheralUUID
+        #expect(world.terminal.advertisement.requiresPairing)
+
+        // No bond and no autoPair: refused before anything crosses the line.
+        do {
+            try await world.reader.connect(path: world.linkPath, configuration: world.configuration)
+            Issue.record("connected without pairing")
+        } catch { #expect(error.code == .pairingRequired) }
+        #expect(world.terminal.readerBytes.isEmpty)
+
+        // autoPair, and the person says the passkeys differ: rejected, no bond on either side.
+        world.configuration.autoPair = true
+        world.recorder.confirmPairing = { _ in false }
+        do {
+            try await world.reader.connect(path: world.linkPath, configuration: world.configuration)
+            Issue.record("connected with a rejected pairing")
+        } catch { #expect(error.code == .pairingRejected) }
+        #expect(world.configuration.bonds.key(for: uuid) == nil)
+        #expect(try world.command(["cmd": "status"])["bonds"]?.integer == 0)
+
+        // The passkey the SDK derived is the one on the terminal's display: confirmed, bonded.
+        world.recorder.confirmPairing = { passkey in
+            (try? world.command(["cmd": "status"]))?["passkey"]?.string == passkey
+        }
+        try await world.reader.connect(path: world.linkPath, configuration: world.configuration)
+        #expect(world.reader.isConnected)
+        #expect(world.configuration.bonds.key(for: uuid)?.count == 16)
+        #expect(try world.command(["cmd": "status"])["bonds"]?.integer == 1)
+        #expect(world.recorder.passkeys.value.count == 2)
+        try world.presentCard()
+        let paid = try await world.reader.startPayment(amountMinor: 1050, currency: .eur, transactionID: "8001")
+        #expect(paid.result == .approved)
+        await world.reader.disconnect()
+
+        // The bond alone lets it in again, with no pairing and nobody asked.
+        world.configuration.autoPair = false
+        try await world.reader.connect(path: world.linkPath, configuration: world.configuration)
+        #expect(world.reader.isConnected && world.recorder.passkeys.value.count == 2)
+        await world.reader.disconnect()
+
+        // The terminal forgets its bonds: pairingLost, and the host drops its bond too.
+        let erased = try world.command(["cmd": "erasePairing"])
+        #expect(erased["ok"]?.bool == true, "\(erased.text)")
+        do {
+            try await world.reader.connect(path: world.linkPath, configuration: world.configuration)
+            Issue.record("connected with an erased bond")
+        } catch { #expect(error.code == .pairingLost) }
+        #expect(world.configuration.bonds.key(for: uuid) == nil)
+        do {
+            try await world.reader.connect(path: world.linkPath, configuration: world.configuration)
+        } catch { #expect(error.code == .pairingRequired) }
+        await world.shutdown()
+    }
+}
