@@ -38,6 +38,7 @@ public final class GatewayCore: @unchecked Sendable {
         var reversed = false
         var refunded: Int64 = 0
         var refund: Bool
+        var approvalCode = ""
     }
 
     public var configuration: Configuration
@@ -211,7 +212,13 @@ public final class GatewayCore: @unchecked Sendable {
 
         var original: String?
         if paymentType == "Refund", !field("OriginalOperationID").isEmpty {
-            let id = field("OriginalOperationID")
+            // The original by its operation ID, or by the authorisation (approval) code the
+            // merchant has on the receipt: unique per merchant.
+            var id = field("OriginalOperationID")
+            if PaymentRules.isDigits(id, 6...6),
+               let byCode = operations.first(where: { $0.value.approvalCode == id && $0.value.merchantID == field("MerchantID") && !$0.value.refund }) {
+                id = byCode.key
+            }
             guard let op = operations[id], op.approved, !op.refund else {
                 return error("3008", "original operation \(id) not found", type: "AuthoriseResult")
             }
@@ -242,7 +249,8 @@ public final class GatewayCore: @unchecked Sendable {
         }
         operations[operationID] = Operation(merchantID: field("MerchantID"), transactionID: field("TransactionID"), amount: amount,
                                             currency: currency, approved: result == "approved",
-                                            signatureRequired: signatureRequired && result == "approved", refund: paymentType == "Refund")
+                                            signatureRequired: signatureRequired && result == "approved", refund: paymentType == "Refund",
+                                            approvalCode: approval)
         log.append("Authorise \(field("TransactionID")) \(paymentType) \(amount) \(currency) → \(result) \(responseCode) \(operationID)")
         let answer: JSONValue = [
             "Type": "AuthoriseResult", "OperationID": .string(operationID), "Result": .string(result),

@@ -93,6 +93,8 @@ public final class PaymentReader: @unchecked Sendable {
     private var discovery: DiscoveryRun?
     private var lastChannel: Channel?
     private var lastLineLost = false
+    /// The gateway session from `login`, used when a configuration carries none.
+    private var sessionToken: String?
 
     struct DiscoveryRun {
         var core: DiscoveryCore
@@ -143,7 +145,8 @@ public final class PaymentReader: @unchecked Sendable {
     public func connect(_ reader: DiscoveredReader, configuration: ReaderConnectionConfiguration) async throws(PaymentError) {
         await previousLinkClosed()
         let _: Bool = try await run { finish in
-            if discovery != nil { endDiscovery(.success(reader), state: .ready) }
+            // Discovery hands over to connecting directly (no idle state in between).
+            if discovery != nil { endDiscovery(.success(reader), state: nil) }
             connectOnLoop(path: reader.path, serial: reader.serialNumber, peripheral: reader, configuration: configuration) { r in finish(r.map { true }) }
         }
     }
@@ -269,7 +272,7 @@ public final class PaymentReader: @unchecked Sendable {
         guard let c = configuration else { return }
         var ext: JSONValue = ["LocationID": .string(c.locationID), "Environment": .string(c.environment), "AppLicence": .string(c.licence),
                               "MerchantID": .string(c.merchantID), "TerminalID": .string(c.terminalID)]
-        if let token = c.sessionToken { ext = ext.setting("SessionToken", .string(token)) }
+        if let token = c.sessionToken ?? sessionToken { ext = ext.setting("SessionToken", .string(token)) }
         let dateTime = Self.wallNow().description
         pairingKey = nil
         if let p = peripheral, p.requiresPairing {
@@ -353,6 +356,33 @@ public final class PaymentReader: @unchecked Sendable {
         }
     }
 
+    // MARK: Merchant login
+
+    /// The merchant's login at the gateway (environment, licence, credentials): state `login`
+    /// while it runs. The session it opens is what later connections log the reader in with
+    /// (unless their configuration carries one). Returns the merchant ID.
+    @discardableResult
+    public func login(gateway: TCPEndpoint, environment: String, licence: String, user: String, password: String) async throws(PaymentError) -> String {
+        let _: Bool = try await run { finish in
+            if busy(finish) { return }
+            setState(.login)
+            finish(.success(true))
+        }
+        do {
+            let answer = try await GatewayClient.login(gateway: gateway, environment: environment, licence: licence, user: user,
+                                                       password: password, loop: loop)
+            let merchant = answer["MerchantID"]?.string ?? ""
+            loop.sync {
+                sessionToken = answer["SessionToken"]?.string
+                setState(.ready)
+            }
+            return merchant
+        } catch {
+            loop.sync { setState(.failed(error.code)) }
+            throw error
+        }
+    }
+
     // MARK: Discovery
 
     /// Discovers readers on the lines matching `pattern` (SPEC §4.5): updates go to the
@@ -388,11 +418,11 @@ public final class PaymentReader: @unchecked Sendable {
         discovery?.timer = loop.schedule(at: d.core.nextTick(after: loop.now)) { [weak self] in self?.discoveryTick() }
     }
 
-    private func endDiscovery(_ result: Result<DiscoveredReader?, PaymentError>, state: PaymentState) {
+    private func endDiscovery(_ result: Result<DiscoveredReader?, PaymentError>, state: PaymentState?) {
         guard let d = discovery else { return }
         discovery = nil
         if let t = d.timer { loop.cancelTimer(t) }
-        setState(state)
+        if let state { setState(state) } else { stateValue = .ready }
         d.finish(result)
     }
 
@@ -516,7 +546,16 @@ public final class PaymentReader: @unchecked Sendable {
         return try await startPayment(amountMinor: minor, currency: currency, transactionID: transactionID)
     }
 
-    /// A refund referencing an earlier operation (no card needed).
+    /// A refund of `amount` in decimal text ("10.50"; exact, the currency's exponent honoured).
+    public func startRefund(amount: String, currency: Currency, transactionID: String, originalOperationID: String) async throws(PaymentError) -> PaymentOutcome {
+        guard let minor = currency.parse(amount) else {
+            throw PaymentError(.invalidAmount, "\"\(amount)\" is not an amount in \(currency.code) (\(currency.exponent) decimals)")
+        }
+        return try await startRefund(amountMinor: minor, currency: currency, transactionID: transactionID, originalOperationID: originalOperationID)
+    }
+
+    /// A refund referencing an earlier operation by its operation ID or by the authorisation
+    /// code on its receipt (no card needed).
     public func startRefund(amountMinor: Int64, currency: Currency, transactionID: String, originalOperationID: String) async throws(PaymentError) -> PaymentOutcome {
         try await run { finish in paymentOnLoop(type: "Refund", amount: amountMinor, currency: currency, transactionID: transactionID, original: originalOperationID, finish: finish) }
     }

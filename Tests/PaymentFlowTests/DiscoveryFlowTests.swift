@@ -15,7 +15,16 @@ import Testing
         let near = try world.addTerminal(serial: "SIM-00000002", rssi: -40)
         let far = try world.addTerminal(serial: "SIM-00000003", rssi: -70)
         let pattern = world.directory + "/SIM-*"
-        try await world.login()
+        // The merchant's login through the SDK: a bad licence fails it (3004), a good one opens
+        // the session later connections log the reader in with.
+        do {
+            try await world.reader.login(gateway: world.gateway.endpoint!, environment: "int", licence: "LIC-NOPE", user: "merchant", password: "secret")
+            Issue.record("a bad licence logged in")
+        } catch { #expect(error.code == .licenceInvalid) }
+        #expect(world.reader.state == .failed(.licenceInvalid))
+        let merchant = try await world.reader.login(gateway: world.gateway.endpoint!, environment: "int", licence: "LIC-TEST-0001",
+                                                    user: "merchant", password: "secret")
+        #expect(merchant.count == 9)
 
         // A scan with a 1 s timeout: every reader, strongest first; then discoveryTimedOut.
         let started = ContinuousClock.now
@@ -67,6 +76,17 @@ import Testing
         #expect(try await proximity.value == chosen)
         #expect(world.reader.info?.serialNumber == "SIM-00000002")
         #expect(world.reader.isConnected)
+        // The state map as the delegate saw it for this stretch: discovery hands over to
+        // connecting; a payment then runs interaction → authorizing → finished.
+        let nearPad = try TerminalControl(port: near.controlEndpoint!.port)
+        #expect(try nearPad.send(["cmd": "presentCard", "entry": "ICC", "pan": "4111111111111111", "expiry": "3012", "cvm": "OnlinePIN",
+                                  "pin": "1234"])["ok"]?.bool == true)
+        let paid = try await world.reader.startPayment(amount: "1.00", currency: .eur, transactionID: "9001")
+        #expect(paid.result == .approved)
+        let states = world.recorder.lines.value.filter { $0.hasPrefix("state ") }.map { String($0.dropFirst(6)) }
+        let tail = Array(states.suffix(6))
+        #expect(tail == ["discovery", "connecting", "ready", "interaction", "authorizing", "finished"], "\(states)")
+        #expect(states.prefix(4) == ["login", "failed(3004)", "login", "ready"], "\(states)")
         await world.reader.disconnect()
 
         // No lines directory: the "radio" is off.

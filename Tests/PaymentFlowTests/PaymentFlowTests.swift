@@ -110,7 +110,7 @@ import Testing
         await world.shutdown()
     }
 
-    @Test func refundByOperation() async throws {
+    @Test func refundByOperationOrAuthorisationCode() async throws {
         let world = try PaymentWorld()
         try await world.connect()
         try world.presentCard()
@@ -124,6 +124,18 @@ import Testing
         do {
             _ = try await world.reader.startRefund(amountMinor: 1, currency: .eur, transactionID: "2004", originalOperationID: "OP-424242")
             Issue.record("refund of an unknown operation accepted")
+        } catch { #expect(error.code == .originalNotFound) }
+        // By the authorisation code on the receipt: what remains, and not a cent more.
+        #expect(sale.approvalCode == "000001")
+        let byCode = try await world.reader.startRefund(amountMinor: 3000, currency: .eur, transactionID: "2005", originalOperationID: "000001")
+        #expect(byCode.result == .approved)
+        do {
+            _ = try await world.reader.startRefund(amountMinor: 1, currency: .eur, transactionID: "2006", originalOperationID: "000001")
+            Issue.record("a refund beyond the original accepted")
+        } catch { #expect(error.code == .refundExceedsOriginal) }
+        do {
+            _ = try await world.reader.startRefund(amountMinor: 1, currency: .eur, transactionID: "2007", originalOperationID: "424242")
+            Issue.record("a refund of an unknown authorisation code accepted")
         } catch { #expect(error.code == .originalNotFound) }
         await world.shutdown()
     }
