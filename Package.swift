@@ -41,7 +41,7 @@ let package = Package(
         .target(name: "PaymentKit", dependencies: ["Payment", "Channel", "NetStack", "PPP", "Crypto"]),
 
         // The command-line tool: its commands live in a library so tests can drive them.
-        .target(name: "PPPBridgeCLI", dependencies: ["Framing", "PPP", "NetStack", "Capture", "Channel"]),
+        .target(name: "PPPBridgeCLI", dependencies: ["Framing", "PPP", "NetStack", "Capture", "Channel", "Crypto", "Payment", "PaymentKit"]),
         .executableTarget(name: "pppbridge", dependencies: ["PPPBridgeCLI"]),
 
         // Benchmarks against a plain C implementation of RFC 1662's byte loop.

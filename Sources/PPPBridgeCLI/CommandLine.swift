@@ -27,6 +27,14 @@ public struct CommandLineTool {
       run           bring a PPP link up on a serial device or pty (--device PATH | --pty)
       decode FILE   print every PPP frame of a capture (pcap link types 1, 9, 50, 204, or a
                     pppd `record` file) in pppd's debug-log style, optionally writing a pcap
+
+    payments (a reader over PPP; the card stays in the reader, E2EE to the gateway):
+      pay           take a payment: pay --amount 10.50 --currency EUR --gateway ADDR:PORT
+      refund        refund by authorisation code: refund --auth 000001 --amount 10.50 ...
+      reader        reader discover | connect | reboot | update
+      gateway       run the gateway simulator on loopback
+      terminal      run a payment terminal simulator on a pty
+      control       send one command to a terminal simulator's control socket
       help          print this text; `pppbridge help COMMAND` or `pppbridge COMMAND --help`
                     explain one command
     """
@@ -45,6 +53,16 @@ public struct CommandLineTool {
                 standardOutput(DemoCommand.usage)
             } else if rest.first == "run" {
                 standardOutput(RunCommand.usage)
+            } else if rest.first == "pay" || rest.first == "refund" {
+                standardOutput(PayCommand.usage)
+            } else if rest.first == "reader" {
+                standardOutput(ReaderCommand.usage)
+            } else if rest.first == "gateway" {
+                standardOutput(GatewayCommand.usage)
+            } else if rest.first == "terminal" {
+                standardOutput(TerminalCommand.usage)
+            } else if rest.first == "control" {
+                standardOutput(ControlCommand.usage)
             } else {
                 standardOutput(CommandLineTool.usage)
             }
@@ -55,6 +73,18 @@ public struct CommandLineTool {
             return DemoCommand(output: standardOutput, error: standardError).run(rest)
         case "run":
             return RunCommand(output: standardOutput, error: standardError).run(rest)
+        case "pay":
+            return PayCommand(output: standardOutput, error: standardError).run(rest)
+        case "refund":
+            return PayCommand(output: standardOutput, error: standardError, refund: true).run(rest)
+        case "reader":
+            return ReaderCommand(output: standardOutput, error: standardError).run(rest)
+        case "gateway":
+            return GatewayCommand(output: standardOutput, error: standardError).run(rest)
+        case "terminal":
+            return TerminalCommand(output: standardOutput, error: standardError).run(rest)
+        case "control":
+            return ControlCommand(output: standardOutput, error: standardError).run(rest)
         default:
             standardError("pppbridge: unknown command '\(command)' (see `pppbridge --help`)")
             return Status.usage

@@ -14,17 +14,23 @@ struct DemoCommand {
     var error: (String) -> Void
 
     static let usage = """
-    usage: pppbridge demo [--pcap FILE] [--bytes N]
+    usage: pppbridge demo [--pcap FILE] [--bytes N] [--no-payment]
 
     Runs the channel against a simulated terminal on a pty pair, with no hardware: brings the
     PPP link up, opens a host→terminal bridge, a terminal→host bridge and a connection through
     the SOCKS proxy, moves N bytes (default 262144) through each and checks them, then closes
-    the link. Exit status 0 when every byte arrived intact.
+    the link. Then a whole payment: a gateway simulator on loopback, a payment terminal
+    simulator on a pty, the host SDK over the channel: merchant login, the reader found by
+    proximity, a card paying 10.50 EUR with its PIN (E2EE to the gateway through the SOCKS
+    proxy), half of it refunded by authorisation code, the link's capture (FILE-payment.pcap)
+    searched for the card number. Exit status 0 when every byte arrived intact and the payment
+    and refund were approved with no clear card number on the link.
     """
 
     func run(_ arguments: [String]) -> Int32 {
         var pcap: String?
         var bytes = 256 * 1024
+        var payment = true
         var it = ArgumentCursor(arguments)
         while let a = it.next() {
             switch a {
@@ -34,6 +40,8 @@ struct DemoCommand {
             case "--pcap":
                 guard let v = it.next() else { error("pppbridge demo: --pcap needs a file"); return CommandLineTool.Status.usage }
                 pcap = v
+            case "--no-payment":
+                payment = false
             case "--bytes":
                 guard let v = it.next(), let n = Int(v), n > 0 else { error("pppbridge demo: --bytes takes a count"); return CommandLineTool.Status.usage }
                 bytes = n
@@ -45,9 +53,16 @@ struct DemoCommand {
         let result = Locked<Int32>(1)
         let done = DispatchSemaphore(value: 0)
         nonisolated(unsafe) let out = output, err = error
+        let withPayment = payment
         Task {
             do {
-                result.set(try await DemoCommand.demo(bytes: bytes, pcap: pcap, output: out))
+                var status = try await DemoCommand.demo(bytes: bytes, pcap: pcap, output: out)
+                if withPayment {
+                    let paid = await PaymentDemo.run(pcap: pcap, output: out)
+                    out(paid ? "demo: the payment went through end to end" : "demo: the payment FAILED")
+                    if !paid { status = 1 }
+                }
+                result.set(status)
             } catch {
                 err("pppbridge demo: \(error)")
             }

@@ -961,7 +961,7 @@ public final class PaymentReader: @unchecked Sendable {
 
 extension WallTime {
     /// The system's real-time clock, for the programs that feed the sans-IO cores.
-    static func current() -> WallTime {
+    public static func current() -> WallTime {
         var t = timespec()
         clock_gettime(CLOCK_REALTIME, &t)
         return WallTime(seconds: Int64(t.tv_sec))

@@ -4,8 +4,8 @@ import Glibc
 import NetStack
 import Payment
 
-/// The lines this machine offers, standing in for the radio: every path matching a pattern
-/// (`/dev/ttyUSB*`, `/run/readers/*`), with the advertisement a terminal wrote beside its line
+/// The lines this machine offers, standing in for the radio: every character device matching a
+/// pattern (`/dev/ttyUSB*`, `/tmp/pppbridge-readers/*`), with the advertisement a terminal wrote beside its line
 /// (`LINE.advert`, SPEC §4.5's JSON record) or, without one, as a wired reader.
 public enum ReaderLines {
     /// The default pattern: where `pppbridge terminal` links its ptys.
@@ -26,8 +26,10 @@ public enum ReaderLines {
             guard let p = g.gl_pathv[i] else { continue }
             let path = String(cString: p)
             if path.hasSuffix(".advert") || path.hasSuffix(".tmp") { continue }
-            // A link whose pty is gone (a terminal that is off) is not on the air.
-            guard access(path, R_OK | W_OK) == 0 else { continue }
+            // Only lines (character devices: serial ports, ptys, or links to them); a link whose
+            // pty is gone (a terminal that is off) is not on the air.
+            var st = stat()
+            guard stat(path, &st) == 0, st.st_mode & S_IFMT == S_IFCHR, access(path, R_OK | W_OK) == 0 else { continue }
             out.append(advert(at: path) ?? .wired(path: path))
         }
         return out

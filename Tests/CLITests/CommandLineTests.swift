@@ -116,3 +116,48 @@ func sharedTrace(_ name: String) throws -> String {
         }
     }
 }
+
+@Suite struct PaymentCommandLineTests {
+    @Test func amountsAreTakenExactlyOrRefused() {
+        let cases: [([String], String)] = [
+            (["pay", "--amount", "10.505", "--currency", "EUR", "--gateway", "127.0.0.1:9"], "is not an amount in EUR"),
+            (["pay", "--amount", "10.5", "--currency", "JPY", "--gateway", "127.0.0.1:9"], "is not an amount in JPY"),
+            (["pay", "--amount", "1e3", "--currency", "EUR", "--gateway", "127.0.0.1:9"], "is not an amount in EUR"),
+            (["pay", "--amount", "-1.00", "--currency", "EUR", "--gateway", "127.0.0.1:9"], "is not an amount in EUR"),
+            (["pay", "--amount", "1.00", "--currency", "XYZ", "--gateway", "127.0.0.1:9"], "unknown currency XYZ"),
+            (["pay", "--amount", "1.00", "--currency", "EUR"], "--gateway ADDR:PORT is required"),
+            (["pay", "--amount", "1.00", "--currency", "EUR", "--gateway", "localhost:9"], "IPv4 address"),
+            (["pay", "--amount", "1.00", "--currency", "EUR", "--gateway", "127.0.0.1:9", "--transaction-id", "12"], "4 digits"),
+            (["refund", "--amount", "1.00", "--currency", "EUR", "--gateway", "127.0.0.1:9"], "--auth CODE is required"),
+            (["refund", "--auth", "000001", "--amount", "1.00", "--currency", "EUR", "--gateway", "127.0.0.1:9", "--signature", "x"], "unknown option --signature"),
+            (["reader"], "expected discover, connect, reboot or update"),
+            (["reader", "connect"], "--gateway ADDR:PORT is required"),
+            (["reader", "discover", "--allow", "not-a-uuid"], "--allow takes a UUID"),
+            (["terminal"], "--gateway ADDR:PORT is required"),
+            (["terminal", "--gateway", "127.0.0.1:9", "--card", "4111111111111112"], "valid check digit"),
+            (["control", "12"], "expected PORT and a JSON object"),
+        ]
+        for (args, message) in cases {
+            let c = Captured()
+            #expect(c.run(args) == 2, "\(args)")
+            #expect(c.err.joined().contains(message), "\(args): \(c.err)")
+        }
+    }
+
+    @Test func paymentCommandsExplainThemselves() {
+        for command in ["pay", "refund", "reader", "gateway", "terminal", "control"] {
+            let c = Captured()
+            #expect(c.run(["help", command]) == 0)
+            #expect(c.out.joined().hasPrefix("usage: pppbridge"), "\(command)")
+        }
+        let c = Captured()
+        #expect(c.run(["--help"]) == 0)
+        #expect(c.out.joined().contains("pay --amount 10.50 --currency EUR"))
+    }
+
+    @Test func discoveringWithoutLinesIsRadioOff() {
+        let c = Captured()
+        #expect(c.run(["reader", "discover", "--pattern", "/nonexistent-pppbridge-lines/*", "--timeout", "1"]) == 3)
+        #expect(c.err.joined().contains("1001 bluetoothDisabled"))
+    }
+}

@@ -1,0 +1,303 @@
+import Channel
+import Crypto
+import Dispatch
+import Glibc
+import NetStack
+import Payment
+import PaymentKit
+
+/// Runs `body` on a fresh loop thread and waits for SIGINT/SIGTERM; `stop` runs after.
+private func serveUntilSignalled(_ name: String, error: (String) -> Void, _ start: (EventLoop) throws -> Void,
+                                 tick: (() -> Void)? = nil, stop: @escaping @Sendable () async -> Void) -> Int32 {
+    let loop: EventLoop
+    do { loop = try EventLoop() } catch let e {
+        error("pppbridge \(name): \(e)")
+        return 1
+    }
+    loop.startThread()
+    let done = DispatchSemaphore(value: 0)
+    let watcher: SignalWatcher
+    do {
+        let made: Result<SignalWatcher, SystemError> = loop.sync {
+            do throws(SystemError) {
+                return .success(try SignalWatcher(signals: [SIGINT, SIGTERM], loop: loop) { _ in done.signal() })
+            } catch { return .failure(error) }
+        }
+        watcher = try made.get()
+        try start(loop)
+    } catch let e {
+        error("pppbridge \(name): \(e)")
+        return 1
+    }
+    while done.wait(timeout: .now() + .milliseconds(200)) == .timedOut { tick?() }
+    loop.sync { watcher.cancel() }
+    return runAsync {
+        await stop()
+        return 0
+    }
+}
+
+/// `pppbridge gateway`: the gateway simulator on loopback.
+struct GatewayCommand {
+    var output: (String) -> Void
+    var error: (String) -> Void
+
+    static let usage = """
+    usage: pppbridge gateway [--port N] [--offer-update VERSION [--required] [--update-size N]
+                             [--signing-key FILE]]
+
+    The payment gateway simulator on 127.0.0.1 (test keys; deterministic rules: amounts ending
+    in 05 decline, 51 insufficient funds, 91 no answer; wrong PIN 55; expired card 54): merchant
+    logins, E2EE authorisations (AES DUKPT, MAC checked before decrypting, replays refused),
+    reversals, signatures, refunds by authorisation code, and signed software update offers.
+    Prints what it decides until SIGINT/SIGTERM.
+
+      --port N             listen on 127.0.0.1:N (default 0: a free port, printed)
+      --offer-update V     offer version V (a random image, signed with Ed25519)
+      --required           the update is required (installed during connect)
+      --update-size N      the image's size in bytes (default 65536)
+      --signing-key FILE   the Ed25519 private key (hex) that signs offers; created when missing.
+                           Its public key is printed: give it to `pppbridge terminal --update-key`
+    """
+
+    func run(_ arguments: [String]) -> Int32 {
+        var port: UInt16 = 0, version: String?, required = false, size = 65536, keyFile: String?
+        var it = ArgumentCursor(arguments)
+        while let a = it.next() {
+            switch a {
+            case "-h", "--help":
+                output(GatewayCommand.usage)
+                return 0
+            case "--port":
+                guard let v = it.next(), let n = UInt16(v) else { error("pppbridge gateway: --port takes a port"); return 2 }
+                port = n
+            case "--offer-update":
+                guard let v = it.next() else { error("pppbridge gateway: --offer-update needs a version"); return 2 }
+                version = v
+            case "--required": required = true
+            case "--update-size":
+                guard let v = it.next(), let n = Int(v), (1...(64 << 20)).contains(n) else { error("pppbridge gateway: --update-size takes 1 B to 64 MiB"); return 2 }
+                size = n
+            case "--signing-key":
+                guard let v = it.next() else { error("pppbridge gateway: --signing-key needs a file"); return 2 }
+                keyFile = v
+            default:
+                error("pppbridge gateway: unknown option \(a)")
+                return 2
+            }
+        }
+        var configuration = GatewayCore.Configuration.testKeys
+        if let version {
+            do {
+                let key = try GatewayCommand.signingKey(keyFile)
+                output("gateway: update public key \(Hex.encode(try Ed25519.publicKey(privateKey: key)))")
+                let image = try SecureBytes.random(size)
+                let sha = Hex.encode(Digest.hash(.sha256, image) ?? [])
+                let requiredAt: WallTime? = required ? WallTime.current() : nil
+                let signed = UpdateOffer.signedString(version: version, sha256: sha, size: size, requiredAt: requiredAt)
+                let offer = UpdateOffer(version: version, requiredAt: requiredAt, size: size, sha256: sha,
+                                        signature: Hex.encode(try Ed25519.sign(privateKey: key, Array(signed.utf8))))
+                configuration.update = (offer, image)
+                output("gateway: offering \(version) (\(size) B, sha256 \(sha.prefix(16))…\(required ? ", required" : ""))")
+            } catch let e {
+                error("pppbridge gateway: \(e)")
+                return 1
+            }
+        }
+        nonisolated(unsafe) var server: GatewayServer?
+        nonisolated(unsafe) var printed = 0
+        let out = output
+        return serveUntilSignalled("gateway", error: error, { loop in
+            let s = GatewayServer(configuration: configuration, loop: loop)
+            try s.start(port: port)
+            server = s
+            out("gateway: listening on \(s.endpoint!)")
+        }, tick: {
+            guard let log = server?.log, log.count > printed else { return }
+            for line in log[printed...] { out("gateway: \(line)") }
+            printed = log.count
+        }, stop: {
+            server?.stop()
+        })
+    }
+
+    /// The signing key from `file` (hex), created there when missing; a fresh one without a file.
+    static func signingKey(_ file: String?) throws -> [UInt8] {
+        guard let file else { return try SecureBytes.random(32) }
+        if let bytes = readWholeFile(file), let key = Hex.decode(String(decoding: bytes, as: UTF8.self).trimmingWhitespace), key.count == 32 {
+            return key
+        }
+        let key = try SecureBytes.random(32)
+        let fd = open(file, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw SystemError("create \(file)") }
+        let text = Array((Hex.encode(key) + "\n").utf8)
+        _ = text.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        return key
+    }
+}
+
+extension String {
+    var trimmingWhitespace: String {
+        let scalars = unicodeScalars
+        guard let first = scalars.firstIndex(where: { !$0.properties.isWhitespace }),
+              let last = scalars.lastIndex(where: { !$0.properties.isWhitespace }) else { return "" }
+        return String(scalars[first...last])
+    }
+}
+
+/// `pppbridge terminal`: the payment terminal simulator on a pty.
+struct TerminalCommand {
+    var output: (String) -> Void
+    var error: (String) -> Void
+
+    static let usage = """
+    usage: pppbridge terminal --gateway ADDR:PORT [--link PATH] [options]
+
+    A simulated payment terminal as a real program: our stack in the terminal role on a pty
+    (the far end of the PPP link), the reader protocol on its reader port, the gateway reached
+    through the host's SOCKS proxy, test keys (AES DUKPT). It advertises itself beside its line
+    for discovery, and takes cards and PINs through a JSON-lines control socket on 127.0.0.1
+    (`pppbridge control`). Runs until SIGINT/SIGTERM.
+
+      --link PATH          where to link the pty (default \(ReaderLines.defaultPattern.dropLast(2))/SERIAL)
+      --gateway ADDR:PORT  the gateway, as the host's proxy should reach it (required)
+      --serial S           serial number (default SIM-00000001)
+      --reader-port N      the reader protocol's port inside the link (default 6000)
+      --control-port N     the control socket's port on 127.0.0.1 (default: a free one, printed)
+      --rssi DBM|wired     the advertised signal strength (default -48)
+      --battery F          battery level 0...1 (default 0.82)
+      --requires-pairing   hosts must pair before they log in
+      --update-key HEX     the gateway's Ed25519 public key for software updates
+      --card PAN[:PIN]     present this card whenever a payment waits for one (an unattended
+                           terminal for demos; without it, use `pppbridge control`)
+    """
+
+    func run(_ arguments: [String]) -> Int32 {
+        var link: String?, gateway: TCPEndpoint?, serial = "SIM-00000001", readerPort: UInt16 = 6000, controlPort: UInt16 = 0
+        var rssi: Int? = -48, battery = 0.82, pairing = false, updateKey: [UInt8] = [], card: (String, String?)?
+        var it = ArgumentCursor(arguments)
+        while let a = it.next() {
+            switch a {
+            case "-h", "--help":
+                output(TerminalCommand.usage)
+                return 0
+            case "--link": link = it.next()
+            case "--gateway":
+                guard let v = it.next(), let e = ReaderOptions.endpoint(v) else { error("pppbridge terminal: --gateway takes ADDR:PORT"); return 2 }
+                gateway = e
+            case "--serial":
+                guard let v = it.next(), !v.isEmpty, !v.contains("/") else { error("pppbridge terminal: --serial needs a name"); return 2 }
+                serial = v
+            case "--reader-port":
+                guard let v = it.next(), let n = UInt16(v), n > 0 else { error("pppbridge terminal: --reader-port takes a port"); return 2 }
+                readerPort = n
+            case "--control-port":
+                guard let v = it.next(), let n = UInt16(v) else { error("pppbridge terminal: --control-port takes a port"); return 2 }
+                controlPort = n
+            case "--rssi":
+                guard let v = it.next() else { error("pppbridge terminal: --rssi takes dBm or wired"); return 2 }
+                if v == "wired" { rssi = nil } else {
+                    guard let n = Int(v), (-127...0).contains(n) else { error("pppbridge terminal: --rssi takes -127...0 or wired"); return 2 }
+                    rssi = n
+                }
+            case "--battery":
+                guard let v = it.next(), let f = Double(v), (0...1).contains(f) else { error("pppbridge terminal: --battery takes 0...1"); return 2 }
+                battery = f
+            case "--requires-pairing": pairing = true
+            case "--update-key":
+                guard let v = it.next(), let k = Hex.decode(v), k.count == 32 else { error("pppbridge terminal: --update-key takes 64 hex digits"); return 2 }
+                updateKey = k
+            case "--card":
+                guard let v = it.next() else { error("pppbridge terminal: --card takes PAN[:PIN]"); return 2 }
+                let parts = v.split(separator: ":").map(String.init)
+                guard let pan = parts.first, CardData.isValidPAN(pan), parts.count <= 2 else {
+                    error("pppbridge terminal: --card takes a PAN with a valid check digit, then :PIN")
+                    return 2
+                }
+                card = (pan, parts.count == 2 ? parts[1] : nil)
+            default:
+                error("pppbridge terminal: unknown option \(a)")
+                return 2
+            }
+        }
+        guard let gateway else {
+            error("pppbridge terminal: --gateway ADDR:PORT is required")
+            return 2
+        }
+        let path = link ?? String(ReaderLines.defaultPattern.dropLast(2)) + "/" + serial
+        if link == nil { mkdir(String(ReaderLines.defaultPattern.dropLast(2)), 0o755) }
+        var c = TerminalSimulator.Configuration(linkPath: path, gateway: gateway)
+        c.core.serialNumber = serial
+        c.core.battery = battery
+        c.core.requiresPairing = pairing
+        c.core.updatePublicKey = updateKey
+        c.readerPort = readerPort
+        c.controlPort = controlPort
+        c.rssi = rssi
+        nonisolated(unsafe) var simulator: TerminalSimulator?
+        nonisolated(unsafe) var pad: TerminalControl?
+        nonisolated(unsafe) var printed = 0
+        let out = output, configuration = c
+        return serveUntilSignalled("terminal", error: error, { loop in
+            let s = TerminalSimulator(configuration: configuration, loop: loop)
+            try s.start()
+            simulator = s
+            out("terminal: \(serial) on \(path) (reader port \(readerPort)), control on \(s.controlEndpoint!)")
+            if card != nil { pad = try TerminalControl(port: s.controlEndpoint!.port) }
+        }, tick: {
+            guard let s = simulator else { return }
+            let journal = s.loop.sync { s.core.journal }
+            if journal.count > printed {
+                for line in journal[printed...] { out("terminal: \(line)") }
+                printed = journal.count
+            }
+            // The unattended card: presented when a payment waits for one.
+            if let pad, let card, (try? pad.send(["cmd": "status"]))?["phase"]?.string == "WaitingForCard" {
+                var command: JSONValue = ["cmd": "presentCard", "entry": "ICC", "pan": .string(card.0), "expiry": "3012", "serviceCode": "201",
+                                          "cvm": card.1 == nil ? "NoCVM" : "OnlinePIN"]
+                if let pin = card.1 { command = command.setting("pin", .string(pin)) }
+                _ = try? pad.send(command)
+            }
+        }, stop: {
+            await simulator?.stop()
+        })
+    }
+}
+
+/// `pppbridge control PORT JSON`: one command to a terminal simulator's control socket.
+struct ControlCommand {
+    var output: (String) -> Void
+    var error: (String) -> Void
+
+    static let usage = """
+    usage: pppbridge control PORT JSON
+
+    Sends one command to a terminal simulator's control socket (127.0.0.1:PORT) and prints the
+    answer. Commands: {"cmd":"status"}, {"cmd":"presentCard","pan":"4111111111111111",
+    "pin":"1234","cvm":"OnlinePIN"|"Signature"|"NoCVM","entry":"ICC"|"Swipe"|"Tap"},
+    {"cmd":"enterPin","pin":"1234"}, {"cmd":"pressCancel"}, {"cmd":"removeCard"},
+    {"cmd":"setBattery","level":0.04}, {"cmd":"setRSSI","rssi":-40}, {"cmd":"dropLink",
+    "mode":"rst"|"silent","downFor":2}, {"cmd":"powerOff"}, {"cmd":"powerOn"},
+    {"cmd":"erasePairing"}, {"cmd":"dropLinkAfterAuthorise","downFor":1}.
+    """
+
+    func run(_ arguments: [String]) -> Int32 {
+        if arguments.first == "-h" || arguments.first == "--help" {
+            output(ControlCommand.usage)
+            return 0
+        }
+        guard arguments.count == 2, let port = UInt16(arguments[0]), let command = try? JSONParser.parse(Array(arguments[1].utf8)) else {
+            error("pppbridge control: expected PORT and a JSON object (see `pppbridge control --help`)")
+            return 2
+        }
+        do {
+            let answer = try TerminalControl(port: port).send(command)
+            output(answer.text)
+            return answer["ok"]?.bool == true ? 0 : 1
+        } catch {
+            self.error("pppbridge control: \(error)")
+            return 1
+        }
+    }
+}
