@@ -141,6 +141,8 @@ final class PaymentWorld: @unchecked Sendable {
             if condition() { return true }
             try? await Task.sleep(for: .milliseconds(20))
         }
+        // A test task starved past its deadline (a loaded machine) still looks once more.
+        if condition() { return true }
         Issue.record("timed out waiting for \(what)")
         return false
     }
@@ -282,7 +284,12 @@ final class Recorder: PaymentReaderDelegate, @unchecked Sendable {
     func add(_ s: String) { lines.mutate { $0.append(s) } }
     func count(_ prefix: String) -> Int { lines.value.filter { $0.hasPrefix(prefix) }.count }
 
-    func reader(_ reader: PaymentReader, didChangeState state: PaymentState) { add("state \(state)") }
+    /// When each state was entered, stamped on the SDK's loop (not the test's task).
+    let stateTimes = Locked<[(String, ContinuousClock.Instant)]>([])
+    func reader(_ reader: PaymentReader, didChangeState state: PaymentState) {
+        add("state \(state)")
+        stateTimes.mutate { $0.append(("\(state)", ContinuousClock.now)) }
+    }
     func reader(_ reader: PaymentReader, didReport event: ReaderEvent) { add("event \(event)") }
     func reader(_ reader: PaymentReader, didStartReconnect cancelable: Cancelable, disconnectReason: DisconnectReason) {
         add("didStartReconnect \(disconnectReason)")
