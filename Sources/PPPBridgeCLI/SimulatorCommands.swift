@@ -275,7 +275,7 @@ struct ControlCommand {
 
     Sends one command to a terminal simulator's control socket (127.0.0.1:PORT) and prints the
     answer. Commands: {"cmd":"status"}, {"cmd":"presentCard","pan":"4111111111111111",
-    "pin":"1234","cvm":"OnlinePIN"|"Signature"|"NoCVM","entry":"ICC"|"Swipe"|"Tap"},
+    "pin":"1234","cvm":"OnlinePIN"|"Signature"|"NoCVM","entry":"ICC"|"MagStripe"|"Contactless"},
     {"cmd":"enterPin","pin":"1234"}, {"cmd":"pressCancel"}, {"cmd":"removeCard"},
     {"cmd":"setBattery","level":0.04}, {"cmd":"setRSSI","rssi":-40}, {"cmd":"dropLink",
     "mode":"rst"|"silent","downFor":2}, {"cmd":"powerOff"}, {"cmd":"powerOn"},

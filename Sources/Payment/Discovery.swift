@@ -201,9 +201,10 @@ public enum Pairing {
         Array(try MessageAuthentication.hmac(key: sharedSecret, Array("v1|LINKKEY|".utf8) + hostPublicKey + terminalPublicKey).prefix(16))
     }
 
-    /// The proof of a bond in a login: HMAC-SHA-256 under the link key over who and when.
-    public static func proof(linkKey: [UInt8], hostID: String, poiID: String, dateTime: String) -> String {
-        let mac = (try? MessageAuthentication.hmac(key: linkKey, Array("v1|BOND|\(hostID)|\(poiID)|\(dateTime)".utf8))) ?? []
+    /// The proof of a bond in a login: HMAC-SHA-256 under the link key over who, when and a
+    /// fresh nonce (the terminal refuses a stale time or a nonce it has seen: no replay).
+    public static func proof(linkKey: [UInt8], hostID: String, poiID: String, dateTime: String, nonce: String) -> String {
+        let mac = (try? MessageAuthentication.hmac(key: linkKey, Array("v1|BOND|\(hostID)|\(poiID)|\(dateTime)|\(nonce)".utf8))) ?? []
         return Hex.encode(Array(mac.prefix(16)))
     }
 

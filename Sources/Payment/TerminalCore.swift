@@ -54,6 +54,8 @@ public final class TerminalCore: @unchecked Sendable {
     private var results: [StoredResult] = []
     /// Bonded hosts (by SaleID) and their link keys.
     private var bonds: [String: [UInt8]] = [:]
+    /// Nonces of recent bond proofs (a replayed login is refused).
+    private var bondNonces: [String] = []
     /// The passkey on the terminal's display while a pairing waits.
     private var shownPasskey: String?
     private var operations: [String: ApprovedOperation] = [:]
@@ -348,11 +350,19 @@ public final class TerminalCore: @unchecked Sendable {
                 guard let key = bonds[h.saleID] else {
                     return fail(h, .notAllowed, [("reason", "PairingLost")])
                 }
-                let expected = Pairing.proof(linkKey: key, hostID: h.saleID, poiID: configuration.serialNumber,
-                                             dateTime: m.body["DateTime"]?.string ?? "")
+                let dateTime = m.body["DateTime"]?.string ?? "", nonce = ext?["Bond"]?["Nonce"]?.string ?? ""
+                let expected = Pairing.proof(linkKey: key, hostID: h.saleID, poiID: configuration.serialNumber, dateTime: dateTime, nonce: nonce)
                 guard SecureBytes.equal(Array(expected.utf8), Array(proof.uppercased().utf8)) else {
                     return fail(h, .notAllowed, [("reason", "PairingLost")])
                 }
+                // A proof seen before, or from another time, is a replay.
+                guard let sent = WallTime(rfc3339: dateTime), abs(sent.seconds - wall(now).seconds) <= 300,
+                      nonce.utf8.count >= 16, !bondNonces.contains(nonce) else {
+                    record("bond proof from \(h.saleID) replayed or stale: refused")
+                    return fail(h, .notAllowed, [("reason", "BondProofReplayed")])
+                }
+                bondNonces.append(nonce)
+                if bondNonces.count > 256 { bondNonces.removeFirst() }
             } else {
                 return fail(h, .notAllowed, [("reason", "PairingRequired")])
             }

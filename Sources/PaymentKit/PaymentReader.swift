@@ -93,6 +93,9 @@ public final class PaymentReader: @unchecked Sendable {
     private var discovery: DiscoveryRun?
     private var lastChannel: Channel?
     private var lastLineLost = false
+    /// Ends the connect in progress (cancel).
+    private var connectAbort: ((PaymentError) -> Void)?
+    private var connectCanceled = false
     /// The gateway session from `login`, used when a configuration carries none.
     private var sessionToken: String?
 
@@ -159,7 +162,13 @@ public final class PaymentReader: @unchecked Sendable {
         }
         guard link == nil else { return finish(.failure(PaymentError(.busy, "already connected"))) }
         // The line may be missing for a moment (a terminal re-arming it); gone for a second, it is not there.
+        if linePolls > 0, connectCanceled {
+            connectCanceled = false
+            setState(.failed(.canceled))
+            return finish(.failure(PaymentError(.canceled, "connect canceled")))
+        }
         if access(path, F_OK) != 0 {
+            if linePolls == 0 { connectCanceled = false }
             guard linePolls < 20 else {
                 setState(.failed(.readerNotFound))
                 return finish(.failure(PaymentError(.readerNotFound, path)))
@@ -185,10 +194,13 @@ public final class PaymentReader: @unchecked Sendable {
             guard let self else { return }
             if let t = self.connectTimer { self.loop.cancelTimer(t) }
             self.connectTimer = nil
+            self.connectAbort = nil
             switch r {
             case .success: self.setState(.ready)
             case .failure(let e):
                 self.link?.teardown()
+                // A link still being opened (not adopted yet) goes too.
+                if self.link == nil { self.lastChannel?.requestClose() }
                 self.link = nil
                 self.infoValue = nil
                 self.setState(.failed(e.code))
@@ -201,6 +213,7 @@ public final class PaymentReader: @unchecked Sendable {
             finished = true
             done(r)
         }
+        connectAbort = { e in once(.failure(e)) }
         connectTimer = loop.schedule(at: loop.now + c.connectTimeout) { [weak self] in
             guard let self, self.install == nil else { return }
             self.connectTimer = nil
@@ -217,7 +230,10 @@ public final class PaymentReader: @unchecked Sendable {
                     _ = self.loop.schedule(at: self.loop.now + .milliseconds(100)) {
                         if !finished && self.connectTimer != nil { attempt() }
                     }
-                case .success(let l): self.connected(l, once)
+                case .success(let l):
+                    // Cancelled or timed out meanwhile: this link is not wanted.
+                    guard !finished else { return l.teardown() }
+                    self.connected(l, once)
                 }
             }
         }
@@ -277,7 +293,9 @@ public final class PaymentReader: @unchecked Sendable {
         pairingKey = nil
         if let p = peripheral, p.requiresPairing {
             if let key = c.bonds.key(for: p.peripheralUUID) {
-                ext = ext.setting("Bond", ["Proof": .string(Pairing.proof(linkKey: key, hostID: c.saleID, poiID: l.poiID, dateTime: dateTime))])
+                let nonce = Hex.encode((try? SecureBytes.random(16)) ?? [])
+                ext = ext.setting("Bond", ["Nonce": .string(nonce),
+                                           "Proof": .string(Pairing.proof(linkKey: key, hostID: c.saleID, poiID: l.poiID, dateTime: dateTime, nonce: nonce))])
             } else if c.autoPair, let ours = try? SecureBytes.random(32), let pub = try? X25519.publicKey(privateKey: ours) {
                 pairingKey = ours
                 ext = ext.setting("Pairing", ["HostPublicKey": .string(Hex.encode(pub))])
@@ -653,11 +671,12 @@ public final class PaymentReader: @unchecked Sendable {
                 l.request(.abort, body: ["MessageReference": ["MessageCategory": "Payment", "ServiceID": .string(p.serviceID), "SaleID": .string(p.saleID)],
                                          "AbortReason": "MerchantAbort"])
             case .connecting:
-                if let t = connectTimer { loop.cancelTimer(t) }
-                connectTimer = nil
-                link?.teardown()
-                link = nil
-                setState(.failed(.canceled))
+                if let abort = connectAbort {
+                    abort(PaymentError(.canceled, "connect canceled"))
+                } else {
+                    // Still waiting for the line to appear.
+                    connectCanceled = true
+                }
             default:
                 break
             }
@@ -675,7 +694,7 @@ public final class PaymentReader: @unchecked Sendable {
             guard SignatureImage.isValid(image, format: format) else {
                 return finish(.failure(PaymentError(.invalidSignatureImage, "format \(format) does not match the image's magic bytes or size")))
             }
-            guard let token = c.sessionToken else { return finish(.failure(PaymentError(.loginFailed, "no gateway session"))) }
+            guard let token = c.sessionToken ?? sessionToken else { return finish(.failure(PaymentError(.loginFailed, "no gateway session"))) }
             let request: JSONValue = ["Type": "Signature", "SessionToken": .string(token), "OperationID": .string(outcome.operationID ?? ""),
                                       "ImageFormat": .integer(Int64(format)), "Image": .string(Base64.encode(image)),
                                       "SHA256": .string(Hex.encode(Digest.hash(.sha256, image) ?? []))]
@@ -718,7 +737,7 @@ public final class PaymentReader: @unchecked Sendable {
             "OriginalPOITransaction": ["SaleID": .string(l.configuration.saleID), "POIID": .string(l.poiID),
                                        "POITransactionID": ["TransactionID": .string(outcome.poiTransactionID ?? ""), "TimeStamp": .string(Self.wallNow().description)]],
             "ReversalReason": .string(reason),
-        ]) { [weak self] response in
+        ], answer: { [weak self] response in
             guard let self else { return }
             let status = PaymentResponseStatus(json: response.body["Response"]) ?? .failure(.messageFormat)
             if status.result == .success {
@@ -731,7 +750,11 @@ public final class PaymentReader: @unchecked Sendable {
                 self.setState(.failed(e.code))
                 finish(.failure(e))
             }
-        }
+        }, ifLost: { [weak self] in
+            // Whether the reversal reached the gateway is not known.
+            self?.setState(.failed(.unknownOutcome))
+            finish(.failure(PaymentError(.unknownOutcome, "the link went before the reversal's answer")))
+        })
     }
 
     // MARK: Reboot, diagnosis, updates
@@ -741,10 +764,13 @@ public final class PaymentReader: @unchecked Sendable {
         let _: Bool = try await run { finish in
             if busy(finish) { return }
             guard let l = link else { return finish(.failure(PaymentError(.notConnected))) }
-            l.request(.admin, body: ["ServiceIdentification": "Reboot"]) { response in
+            l.request(.admin, body: ["ServiceIdentification": "Reboot"], answer: { response in
                 let status = PaymentResponseStatus(json: response.body["Response"])
                 finish(status?.result == .success ? .success(true) : .failure(Self.map(status ?? .failure(.messageFormat))))
-            }
+            }, ifLost: { [weak l] in
+                // The answer may be overtaken by the reboot itself.
+                finish(l?.shutdownReason == .rebootRequested ? .success(true) : .failure(PaymentError(.connectionLost, "the reader went away")))
+            })
         }
     }
 
@@ -752,7 +778,8 @@ public final class PaymentReader: @unchecked Sendable {
     public func diagnose(host: Bool = false) async throws(PaymentError) -> JSONValue {
         try await run { finish in
             guard let l = link else { return finish(.failure(PaymentError(.notConnected))) }
-            l.request(.diagnosis, body: ["HostDiagnosisFlag": .bool(host)]) { finish(.success($0.body)) }
+            l.request(.diagnosis, body: ["HostDiagnosisFlag": .bool(host)], answer: { finish(.success($0.body)) },
+                      ifLost: { finish(.failure(PaymentError(.connectionLost, "the reader went away"))) })
         }
     }
 
@@ -814,6 +841,15 @@ public final class PaymentReader: @unchecked Sendable {
         if let i = install, i.restarting || reason == .updateRestart {
             // The reader restarts into the new version: reconnect without telling the app.
             return startEpisode(silent: true, reason: reason)
+        }
+        if l.protocolViolation {
+            // A reader sending frames we cannot take (a zero or oversize length) is not
+            // reconnected to: what waited on it fails with a message-format error.
+            if install != nil { finishInstall(.failure(PaymentError(.messageFormat, "invalid frame from the reader"))) }
+            infoValue = nil
+            failInFlight(PaymentError(.messageFormat, "invalid frame from the reader"))
+            delegate?.reader(self, didDisconnect: .unknown)
+            return
         }
         if install != nil { finishInstall(.failure(PaymentError(.connectionLost))) }
         if reason.isExpected || !(configuration?.autoReconnectOnUnexpectedDisconnect ?? false) {

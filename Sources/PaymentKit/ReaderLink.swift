@@ -15,6 +15,8 @@ final class ReaderLink {
     private var decoder = PaymentFrameDecoder()
     private var serviceCounter = 0
     private var pending: [String: (PaymentMessage) -> Void] = [:]
+    /// What to do for a pending request when the link goes before its answer came.
+    private var unanswered: [String: () -> Void] = [:]
     private(set) var poiID = "UNKNOWN"
     /// Set by a Shutdown event: the reason the terminal gave before going.
     var shutdownReason: DisconnectReason?
@@ -48,6 +50,8 @@ final class ReaderLink {
     /// Why the channel closed, once it has.
     private(set) var closeReason: ChannelCloseReason?
     private var drainTimer: Int?
+    /// The reader sent a frame the decoder refused.
+    private(set) var protocolViolation = false
 
     /// The line itself went away (hung up or failed) rather than PPP refusing.
     var lineLost: Bool {
@@ -137,6 +141,7 @@ final class ReaderLink {
         let frames: [[UInt8]]
         do { frames = try decoder.feed(bytes) } catch {
             // A zero or oversize length: the connection is closed (2012 for what waits on it).
+            protocolViolation = true
             connection?.close(reset: true)
             connection = nil
             return lose(nil)
@@ -145,6 +150,7 @@ final class ReaderLink {
             guard let message = try? PaymentMessage.decode(frame) else { continue }
             if message.header.type == .response, message.header.messageClass == .service, let sid = message.header.identifier,
                let handler = pending.removeValue(forKey: message.header.category.rawValue + "/" + sid) {
+                unanswered[message.header.category.rawValue + "/" + sid] = nil
                 // The answer must echo what was asked (else a protocol error for that request).
                 handler(message)
                 continue
@@ -155,10 +161,12 @@ final class ReaderLink {
 
     /// Sends a Service request; `answer` gets its response (or nothing if the link goes).
     @discardableResult
-    func request(_ category: PaymentMessage.Category, body: JSONValue, answer: ((PaymentMessage) -> Void)? = nil) -> String {
+    func request(_ category: PaymentMessage.Category, body: JSONValue, answer: ((PaymentMessage) -> Void)? = nil,
+                 ifLost: (() -> Void)? = nil) -> String {
         if category == .login {
             serviceCounter = 0
             pending = [:]
+            unanswered = [:]
         }
         serviceCounter += 1
         let sid = String(serviceCounter)
@@ -166,6 +174,7 @@ final class ReaderLink {
                                            messageClass: .service, category: category, type: .request,
                                            identifier: sid, saleID: configuration.saleID, poiID: poiID)
         if let answer { pending[category.rawValue + "/" + sid] = answer }
+        if let ifLost { unanswered[category.rawValue + "/" + sid] = ifLost }
         send(PaymentMessage(direction: .request, header: header, body: body))
         return sid
     }
@@ -203,6 +212,10 @@ final class ReaderLink {
         pending = [:]
         onMessage = nil
         channel.requestClose()
+        // Requests that will never be answered now: their callers must not wait for ever.
+        let lost = unanswered.values
+        unanswered = [:]
+        for f in lost { f() }
     }
 
     /// Closes politely and waits for the link to be down.

@@ -110,6 +110,48 @@ import Testing
         await world.shutdown()
     }
 
+    @Test func locationEnvironmentDiagnosisCanceledUpdateAndLowBattery() async throws {
+        let world = try PaymentWorld(update: .init(required: false, size: 400_000))
+        world.configuration.reconnectTimeout = .seconds(1)
+        try await world.login()
+        // A location id that breaks the rule is refused before anything crosses the line.
+        var badLocation = world.configuration
+        badLocation.locationID = "not a location"
+        do {
+            try await world.reader.connect(path: world.linkPath, configuration: badLocation)
+            Issue.record("connected with an invalid location id")
+        } catch { #expect(error.code == .invalidLocationId) }
+        #expect(world.terminal.readerBytes.isEmpty)
+        // A reader holding test keys does not log in to the production environment.
+        var production = world.configuration
+        production.environment = "real"
+        do {
+            try await world.reader.connect(path: world.linkPath, configuration: production)
+            Issue.record("test keys logged in to production")
+        } catch { #expect(error.code == .environmentMismatch) }
+
+        try await world.reader.connect(path: world.linkPath, configuration: world.configuration)
+        let diagnosis = try await world.reader.diagnose(host: true)
+        #expect(diagnosis["POIStatus"]?["GlobalStatus"]?.string == "OK", "\(diagnosis.text)")
+        // The optional update cancelled as it starts: 2009, the old version kept, still connected.
+        world.recorder.shouldCancelUpdate = true
+        do {
+            try await world.reader.installAvailableUpdate()
+            Issue.record("a cancelled update installed")
+        } catch { #expect(error.code == .updateCanceled) }
+        #expect(world.recorder.count("finishInstalling 2009") == 1)
+        #expect(try world.command(["cmd": "status"])["version"]?.string == "1.0.0")
+        #expect(await world.eventually("connected after the cancelled update") { world.reader.isConnected })
+
+        // A critically low battery switches the reader off: an unexpected disconnect, so the
+        // SDK tries to reconnect, once, and gives up at the timeout.
+        #expect(try world.command(["cmd": "setBattery", "level": .number("0.03")])["ok"]?.bool == true)
+        #expect(await world.eventually("reconnect started") { world.recorder.count("didStartReconnect criticallyLowBattery") == 1 })
+        #expect(await world.eventually("reconnect failed") { world.recorder.count("didFailReconnect") == 1 })
+        #expect(world.recorder.count("didSucceedReconnect") == 0)
+        await world.shutdown()
+    }
+
     @Test func refundByOperationOrAuthorisationCode() async throws {
         let world = try PaymentWorld()
         try await world.connect()

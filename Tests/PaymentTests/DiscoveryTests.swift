@@ -109,7 +109,8 @@ import Testing
         #expect(k1 == k2 && k1.count == 16)
         let passkey = Pairing.passkey(hostPublicKey: hp, terminalPublicKey: tp)
         #expect(passkey.count == 6 && passkey.allSatisfy(\.isNumber))
-        #expect(Pairing.proof(linkKey: k1, hostID: "HOST-1", poiID: "SIM-1", dateTime: "2026-01-01T00:00:00Z")
-            != Pairing.proof(linkKey: k1, hostID: "HOST-1", poiID: "SIM-1", dateTime: "2026-01-01T00:00:01Z"))
+        let proof = Pairing.proof(linkKey: k1, hostID: "HOST-1", poiID: "SIM-1", dateTime: "2026-01-01T00:00:00Z", nonce: "00")
+        #expect(proof != Pairing.proof(linkKey: k1, hostID: "HOST-1", poiID: "SIM-1", dateTime: "2026-01-01T00:00:01Z", nonce: "00"))
+        #expect(proof != Pairing.proof(linkKey: k1, hostID: "HOST-1", poiID: "SIM-1", dateTime: "2026-01-01T00:00:00Z", nonce: "01"))
     }
 }
