@@ -217,9 +217,10 @@ public final class TerminalSimulator: @unchecked Sendable {
             }
             if mode == "silent" {
                 // A frozen terminal: the line stays, nothing answers; the host finds out by LCP echo.
-                terminal?.freeze()
+                // Forgotten first, so that its link going quiet is not taken for a host leaving.
                 let t = terminal
                 terminal = nil
+                t?.freeze()
                 service?.stop()
                 service = nil
                 if let downFor {

@@ -81,7 +81,10 @@ import Testing
 
     @Test func signatureCapturedOrDeclinedIntoAReversal() async throws {
         let world = try PaymentWorld()
-        try await world.connect()
+        // The merchant logs in through the SDK: its session is what the signature goes with.
+        try await world.reader.login(gateway: world.gateway.endpoint!, environment: "int", licence: "LIC-TEST-0001", user: "merchant", password: "secret")
+        #expect(world.configuration.sessionToken == nil)
+        try await world.reader.connect(path: world.linkPath, configuration: world.configuration)
         try world.presentCard(cvm: "Signature", pin: nil)
         let first = try await world.reader.startPayment(amountMinor: 2000, currency: .eur, transactionID: "1001")
         #expect(first.result == .approved && first.signatureRequired)
@@ -286,6 +289,29 @@ import Testing
             Issue.record("the payment survived a reconnect timeout")
         } catch let e as PaymentError { #expect(e.code == .reconnectTimeout) }
         #expect(world.recorder.count("didStartReconnect") == 1 && world.recorder.count("didFailReconnect") == 1)
+        await world.shutdown()
+    }
+
+    @Test func cancelStopsAConnectInProgress() async throws {
+        let world = try PaymentWorld()
+        try await world.login()
+        // A terminal that has frozen (its line there, nothing answering) until it restarts in 2 s.
+        #expect(try world.command(["cmd": "dropLink", "mode": "silent", "downFor": 2])["ok"]?.bool == true)
+        let connecting = Task { try await world.reader.connect(path: world.linkPath, configuration: world.configuration) }
+        #expect(await world.eventually("connecting") { world.reader.state == .connecting })
+        try await Task.sleep(for: .milliseconds(200))
+        world.reader.cancel()
+        do {
+            try await connecting.value
+            Issue.record("a cancelled connect completed")
+        } catch { #expect((error as? PaymentError)?.code == .canceled) }
+        #expect(world.reader.state == .failed(.canceled))
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(!world.reader.isConnected, "nothing adopted after the cancel")
+        // Back after its restart, the terminal takes a new connect.
+        try await Task.sleep(for: .seconds(2))
+        try await world.reader.connect(path: world.linkPath, configuration: world.configuration)
+        #expect(world.reader.isConnected)
         await world.shutdown()
     }
 
