@@ -137,6 +137,8 @@ public final class StackAttachment: NetworkAttachment {
     public func close(_ id: ConnectionID, now: Instant) { stack?.close(id, now: now) }
     public func abort(_ id: ConnectionID, now: Instant?) { stack?.abort(id, now: now) }
     public func atEndOfStream(_ id: ConnectionID) -> Bool { stack?.atEndOfStream(id) ?? true }
+    /// Bytes written to `id` that the peer has not acknowledged yet (sent or not).
+    public func unacknowledgedBytes(_ id: ConnectionID) -> Int { stack?.connection(id)?.unacknowledgedBytes ?? 0 }
 
     public func bindUDP(port: UInt16, for owner: StackApplication) throws(StackError) {
         guard stack != nil else { throw StackError.tooManyConnections }

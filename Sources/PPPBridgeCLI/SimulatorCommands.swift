@@ -7,7 +7,7 @@ import Payment
 import PaymentKit
 
 /// Runs `body` on a fresh loop thread and waits for SIGINT/SIGTERM; `stop` runs after.
-private func serveUntilSignalled(_ name: String, error: (String) -> Void, _ start: (EventLoop) throws -> Void,
+private func serveUntilSignalled(_ name: String, error: @escaping (String) -> Void, _ start: (EventLoop) throws -> Void,
                                  tick: (() -> Void)? = nil, stop: @escaping @Sendable () async -> Void) -> Int32 {
     let loop: EventLoop
     do { loop = try EventLoop() } catch let e {
@@ -20,7 +20,10 @@ private func serveUntilSignalled(_ name: String, error: (String) -> Void, _ star
     do {
         let made: Result<SignalWatcher, SystemError> = loop.sync {
             do throws(SystemError) {
-                return .success(try SignalWatcher(signals: [SIGINT, SIGTERM], loop: loop) { _ in done.signal() })
+                return .success(try SignalWatcher(signals: [SIGINT, SIGTERM], loop: loop) { signo in
+                    error("pppbridge \(name): stopping (\(signo == SIGINT ? "SIGINT" : "SIGTERM"))")
+                    done.signal()
+                })
             } catch { return .failure(error) }
         }
         watcher = try made.get()

@@ -151,6 +151,12 @@ final class ReaderService: StackApplication {
         }
     }
 
+    /// Everything for the host has been sent and acknowledged (or there is no host).
+    var isFlushed: Bool {
+        guard let id = connection, let stack = host, stack.stack != nil else { return true }
+        return pending.isEmpty && stack.unacknowledgedBytes(id) == 0
+    }
+
     var pollAt: Instant? { core.pollAt }
 
     func poll(now: Instant) {

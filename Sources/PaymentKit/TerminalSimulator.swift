@@ -159,16 +159,27 @@ public final class TerminalSimulator: @unchecked Sendable {
     /// Goes down now; boots again after `restartAfter` (nil: stays down until `powerOn`).
     private func shutdown(reason: String, restartAfter: Duration?, graceful: Bool = true) {
         guard let t = terminal else { return }
+        let s = service
         terminal = nil
         service = nil
-        // Let the last frames (the Shutdown event) leave before the link goes.
         t.kick()
         if graceful {
-            Task.detached { await t.stop() }
+            // Its last words (progress, the Shutdown event) reach the host before the link goes:
+            // what TCP still holds is sent and acknowledged first (for at most two seconds).
+            whenFlushed(t, s, deadline: loop.now + .seconds(2)) { Task.detached { await t.stop() } }
         } else {
             t.hangUp()
         }
         scheduleBoot(after: restartAfter)
+    }
+
+    private func whenFlushed(_ t: SimulatedTerminal, _ s: ReaderService?, deadline: Instant, _ then: @escaping () -> Void) {
+        if s?.isFlushed ?? true || loop.now >= deadline { return then() }
+        t.kick()
+        _ = loop.schedule(at: loop.now + .milliseconds(10)) { [weak self] in
+            guard let self else { return then() }
+            self.whenFlushed(t, s, deadline: deadline, then)
+        }
     }
 
     private func scheduleBoot(after: Duration?) {

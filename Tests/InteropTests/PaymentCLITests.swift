@@ -77,7 +77,8 @@ import Testing
 
         // The optional update the gateway offers, installed with progress; the reader says so.
         let updated = try runCommand(BridgeProcess.binary, ["reader", "update", "--gateway", gw, "--device", directory + "/SIM-00000001"], timeout: 90)
-        #expect(updated.status == 0 && updated.output.contains("update: 100%") && updated.output.contains("reader: now running 1.1.0"), "\(updated.output)")
+        #expect(updated.status == 0 && updated.output.contains("update: 100%") && updated.output.contains("reader: now running 1.1.0"),
+                "\(updated.output)\n\(terminal.output)\n\(gateway.output)")
         let connected = try runCommand(BridgeProcess.binary, ["reader", "connect", "--gateway", gw, "--device", directory + "/SIM-00000001"], timeout: 60)
         #expect(connected.status == 0 && connected.output.contains("software 1.1.0") && connected.output.contains("diagnosis:"), "\(connected.output)")
 
