@@ -132,8 +132,9 @@ final class ReaderSession: PaymentReaderDelegate, @unchecked Sendable {
     let reader: PaymentReader
     let options: ReaderOptions
     let say: (String) -> Void
-    private let found = LockedValue<[DiscoveredReader]>([])
-    private let lastProgress = LockedValue<Int>(-1)
+    private let found = Locked<[DiscoveredReader]>([])
+    private let reports = Locked<Int>(0)
+    private let lastProgress = Locked<Int>(-1)
 
     init(options: ReaderOptions, say: @escaping (String) -> Void) throws {
         let loop = try EventLoop()
@@ -171,7 +172,7 @@ final class ReaderSession: PaymentReaderDelegate, @unchecked Sendable {
     /// with the battery level).
     func discover() async throws(PaymentError) -> DiscoveredReader {
         let method: DiscoveryConfiguration.Method = options.proximity ? .proximity : .scan(timeout: options.discoveryTimeout)
-        let failure = LockedValue<PaymentError?>(nil)
+        let failure = Locked<PaymentError?>(nil)
         let reader = self.reader, pattern = options.pattern, allowed = options.allowed
         say("discovery: \(options.proximity ? "hold the reader close" : "scanning") on \(pattern)")
         let task = Task {
@@ -185,7 +186,8 @@ final class ReaderSession: PaymentReaderDelegate, @unchecked Sendable {
         while true {
             if let e = failure.get() { throw e }
             let readers = found.get().filter { options.serial == nil || $0.serialNumber == options.serial }
-            if let first = readers.first, !options.proximity || first.batteryLevel != nil { return first }
+            // Proximity reports its reader twice (serial, then battery): the second is the one.
+            if let first = readers.first, !options.proximity || reports.get() >= 2 { return first }
             // Proximity has no timeout of its own; the command's applies.
             if options.proximity, options.discoveryTimeout > 0, ContinuousClock.now - started > .seconds(Int64(options.discoveryTimeout)) {
                 reader.cancel()
@@ -212,6 +214,7 @@ final class ReaderSession: PaymentReaderDelegate, @unchecked Sendable {
     }
     func reader(_ reader: PaymentReader, didUpdateDiscoveredReaders readers: [DiscoveredReader]) {
         found.set(readers)
+        reports.set(reports.get() + 1)
         for r in readers { say("found: \(r)") }
     }
     func reader(_ reader: PaymentReader, confirmPairing passkey: String) -> Bool {
@@ -242,20 +245,9 @@ final class ReaderSession: PaymentReaderDelegate, @unchecked Sendable {
     }
 }
 
-final class LockedValue<T>: @unchecked Sendable {
-    private var value: T
-    private var m = pthread_mutex_t()
-    init(_ value: T) {
-        self.value = value
-        pthread_mutex_init(&m, nil)
-    }
-    func get() -> T { pthread_mutex_lock(&m); defer { pthread_mutex_unlock(&m) }; return value }
-    func set(_ v: T) { pthread_mutex_lock(&m); value = v; pthread_mutex_unlock(&m) }
-}
-
 /// Runs an async body from a synchronous command and returns its status.
 func runAsync(_ body: @escaping @Sendable () async -> Int32) -> Int32 {
-    let result = LockedValue<Int32>(1)
+    let result = Locked<Int32>(1)
     let done = DispatchSemaphore(value: 0)
     Task {
         result.set(await body())
@@ -271,7 +263,7 @@ enum PaymentStatus {
     /// Declined, refused, or the operation failed (the error says which, with its code).
     static let declined: Int32 = 1
     static let usage: Int32 = 2
-    /// The reader could not be reached (discovery, connect, pairing, login).
+    /// No connection: discovery, the gateway login, pairing or the reader's login failed.
     static let unreachable: Int32 = 3
 }
 
@@ -322,7 +314,8 @@ struct PayCommand {
       --decline-signature    pay: refuse a signature (the approval is reversed)
     \(ReaderOptions.usage)
 
-    Exit status: 0 approved, 1 declined or failed, 2 bad usage, 3 no reader/gateway.
+    Exit status: 0 approved, 1 declined or failed (the error's code is printed), 2 bad usage,
+    3 no connection (discovery, gateway login, pairing or the reader's login failed).
     """
 
     func run(_ arguments: [String]) -> Int32 {
@@ -385,6 +378,10 @@ struct PayCommand {
                 error("pppbridge pay: cannot read \(signature)")
                 return PaymentStatus.usage
             }
+            guard SignatureFormat.detect(bytes) != nil, (1...(256 << 10)).contains(bytes.count) else {
+                error("pppbridge pay: \(signature) is not a BMP, JPEG, TIFF or GIF image of at most 256 KiB")
+                return PaymentStatus.usage
+            }
             image = bytes
         }
         nonisolated(unsafe) let out = output, err = error
@@ -410,10 +407,15 @@ struct PayCommand {
                     out("payment: \(currency.format(minor)) \(currency.code), transaction \(id): present a card to the reader")
                     outcome = try await session.reader.startPayment(amountMinor: minor, currency: currency, transactionID: id)
                     if session.reader.state == .signature {
-                        if let signatureImage, !decline {
-                            let format = SignatureFormat.detect(signatureImage)
-                            out("signature: sending \(signatureImage.count) B (format \(format.map(String.init) ?? "unknown"))")
-                            try await session.reader.submitSignature(image: signatureImage, format: format ?? 0)
+                        if let signatureImage, !decline, let format = SignatureFormat.detect(signatureImage) {
+                            out("signature: sending \(signatureImage.count) B (format \(format))")
+                            do throws(PaymentError) {
+                                try await session.reader.submitSignature(image: signatureImage, format: format)
+                            } catch {
+                                // An approval nobody signed for does not stay open: it is reversed.
+                                err("pppbridge pay: the signature was not taken (\(error)); reversing the approval")
+                                outcome = try await session.reader.declineSignature()
+                            }
                         } else {
                             out("signature: declined; reversing the approval")
                             outcome = try await session.reader.declineSignature()

@@ -12,8 +12,9 @@ import PaymentKit
 enum PaymentDemo {
     final class Narrator: PaymentReaderDelegate, @unchecked Sendable {
         let say: (String) -> Void
-        let states = LockedValue<[String]>([])
-        let found = LockedValue<DiscoveredReader?>(nil)
+        let states = Locked<[String]>([])
+        let found = Locked<DiscoveredReader?>(nil)
+        let reports = Locked<Int>(0)
         init(say: @escaping (String) -> Void) { self.say = say }
         func reader(_ reader: PaymentReader, didChangeState state: PaymentState) { states.set(states.get() + ["\(state)"]) }
         func reader(_ reader: PaymentReader, didReport event: ReaderEvent) {
@@ -22,7 +23,9 @@ enum PaymentDemo {
         func reader(_ reader: PaymentReader, didUpdateDiscoveredReaders readers: [DiscoveredReader]) {
             guard let r = readers.first else { return }
             say("  found: \(r.serialNumber), \(r.rssi.map { "\($0) dBm" } ?? "wired")\(r.batteryLevel.map { ", battery \(Int(($0 * 100).rounded()))%" } ?? " (serial only)")")
-            if r.batteryLevel != nil { found.set(r) }
+            reports.set(reports.get() + 1)
+            // Proximity's second report (with the battery, when the reader tells it) is the one.
+            if reports.get() >= 2 { found.set(r) }
         }
     }
 

@@ -163,7 +163,7 @@ struct TerminalCommand {
     for discovery, and takes cards and PINs through a JSON-lines control socket on 127.0.0.1
     (`pppbridge control`). Runs until SIGINT/SIGTERM.
 
-      --link PATH          where to link the pty (default \(ReaderLines.defaultPattern.dropLast(2))/SERIAL)
+      --link PATH          where to link the pty (default \(ReaderLines.defaultDirectory)/SERIAL)
       --gateway ADDR:PORT  the gateway, as the host's proxy should reach it (required)
       --serial S           serial number (default SIM-00000001)
       --reader-port N      the reader protocol's port inside the link (default 6000)
@@ -185,7 +185,9 @@ struct TerminalCommand {
             case "-h", "--help":
                 output(TerminalCommand.usage)
                 return 0
-            case "--link": link = it.next()
+            case "--link":
+                guard let v = it.next() else { error("pppbridge terminal: --link needs a path"); return 2 }
+                link = v
             case "--gateway":
                 guard let v = it.next(), let e = ReaderOptions.endpoint(v) else { error("pppbridge terminal: --gateway takes ADDR:PORT"); return 2 }
                 gateway = e
@@ -228,8 +230,8 @@ struct TerminalCommand {
             error("pppbridge terminal: --gateway ADDR:PORT is required")
             return 2
         }
-        let path = link ?? String(ReaderLines.defaultPattern.dropLast(2)) + "/" + serial
-        if link == nil { mkdir(String(ReaderLines.defaultPattern.dropLast(2)), 0o755) }
+        let path = link ?? ReaderLines.defaultDirectory + "/" + serial
+        if link == nil { ReaderLines.makeDefaultDirectory() }
         var c = TerminalSimulator.Configuration(linkPath: path, gateway: gateway)
         c.core.serialNumber = serial
         c.core.battery = battery

@@ -170,7 +170,8 @@ public struct DiscoveryCore: Sendable {
                 }
             case 1:
                 // The same reader again, now with what a closer look tells: its battery.
-                if let again = seen.first(where: { $0.peripheralUUID == proximityCandidate }), again.batteryLevel != nil {
+                // A wired line tells no battery: its second report is the same as its first.
+                if let again = seen.first(where: { $0.peripheralUUID == proximityCandidate }), again.batteryLevel != nil || again.rssi == nil {
                     proximityStage = 2
                     events.append(.update([again]))
                 }
@@ -181,36 +182,63 @@ public struct DiscoveryCore: Sendable {
         return events
     }
 
-    /// Discovery ends with a reader chosen (connect) or cancelled.
-    public mutating func finish() { finished = true }
 }
 
-/// Pairing (SPEC §4.5) as numeric comparison over X25519: host and terminal exchange public
-/// keys in the login, both show a 6-digit passkey derived from the two keys, the person confirms
-/// they match, and both keep a 16-byte link key. Later logins prove the bond with an HMAC under
-/// the link key.
+/// Pairing (SPEC §4.5) as numeric comparison over X25519, with commitments as in Bluetooth LE
+/// Secure Connections: the host sends its public key and a commitment to a nonce; the terminal
+/// answers with its public key and its nonce; only then does the host reveal its nonce. Both
+/// show a 6-digit passkey derived from both keys and both nonces, the person confirms they
+/// match, and both keep a 16-byte link key. A man in the middle has to fix its own values
+/// before it learns the host's nonce, so it cannot search for keys that give equal passkeys on
+/// both sides (one chance in a million). Later logins prove the bond both ways with HMACs
+/// under the link key.
 public enum Pairing {
-    public static func passkey(hostPublicKey: [UInt8], terminalPublicKey: [UInt8]) -> String {
-        let h = Digest.hash(.sha256, Array("v1|PASSKEY|".utf8) + hostPublicKey + terminalPublicKey) ?? [0, 0, 0, 0]
+    static func digest(_ parts: [[UInt8]]) throws -> [UInt8] {
+        guard let d = Digest.hash(.sha256, parts.flatMap { $0 }) else { throw CryptoError("SHA-256") }
+        return d
+    }
+
+    static func mac(_ key: [UInt8], _ text: String) throws -> String {
+        Hex.encode(Array(try MessageAuthentication.hmac(key: key, Array(text.utf8)).prefix(16)))
+    }
+
+    /// The host's commitment to its nonce, sent with its public key.
+    public static func commitment(hostPublicKey: [UInt8], hostNonce: [UInt8]) throws -> String {
+        Hex.encode(try digest([Array("v1|COMMIT|".utf8), hostPublicKey, hostNonce]))
+    }
+
+    public static func passkey(hostPublicKey: [UInt8], terminalPublicKey: [UInt8], hostNonce: [UInt8], terminalNonce: [UInt8]) throws -> String {
+        let h = try digest([Array("v1|PASSKEY|".utf8), hostPublicKey, terminalPublicKey, hostNonce, terminalNonce])
         let v = (UInt32(h[0]) << 24 | UInt32(h[1]) << 16 | UInt32(h[2]) << 8 | UInt32(h[3])) % 1_000_000
         let s = String(v)
         return String(repeating: "0", count: 6 - s.count) + s
     }
 
-    public static func linkKey(sharedSecret: [UInt8], hostPublicKey: [UInt8], terminalPublicKey: [UInt8]) throws -> [UInt8] {
-        Array(try MessageAuthentication.hmac(key: sharedSecret, Array("v1|LINKKEY|".utf8) + hostPublicKey + terminalPublicKey).prefix(16))
+    public static func linkKey(sharedSecret: [UInt8], hostPublicKey: [UInt8], terminalPublicKey: [UInt8], hostNonce: [UInt8],
+                               terminalNonce: [UInt8]) throws -> [UInt8] {
+        Array(try MessageAuthentication.hmac(key: sharedSecret, Array("v1|LINKKEY|".utf8) + hostPublicKey + terminalPublicKey + hostNonce + terminalNonce).prefix(16))
     }
 
-    /// The proof of a bond in a login: HMAC-SHA-256 under the link key over who, when and a
-    /// fresh nonce (the terminal refuses a stale time or a nonce it has seen: no replay).
-    public static func proof(linkKey: [UInt8], hostID: String, poiID: String, dateTime: String, nonce: String) -> String {
-        let mac = (try? MessageAuthentication.hmac(key: linkKey, Array("v1|BOND|\(hostID)|\(poiID)|\(dateTime)|\(nonce)".utf8))) ?? []
-        return Hex.encode(Array(mac.prefix(16)))
+    /// The host's proof of a bond in a login: who, when and a fresh nonce (the terminal refuses
+    /// a stale time or a nonce it has recently seen).
+    public static func proof(linkKey: [UInt8], hostID: String, poiID: String, dateTime: String, nonce: String) throws -> String {
+        try mac(linkKey, "v1|BOND|\(hostID)|\(poiID)|\(dateTime)|\(nonce)")
+    }
+
+    /// The reader's answer to that proof: it holds the same link key (a reader that cannot is
+    /// not the one the host paired with).
+    public static func readerProof(linkKey: [UInt8], hostID: String, poiID: String, nonce: String) throws -> String {
+        try mac(linkKey, "v1|BONDR|\(hostID)|\(poiID)|\(nonce)")
     }
 
     /// The host's proof that the person confirmed the passkey (commits the terminal's bond).
-    public static func confirmation(linkKey: [UInt8], passkey: String) -> String {
-        let mac = (try? MessageAuthentication.hmac(key: linkKey, Array("v1|CONFIRM|\(passkey)".utf8))) ?? []
-        return Hex.encode(Array(mac.prefix(16)))
+    public static func confirmation(linkKey: [UInt8], passkey: String) throws -> String {
+        try mac(linkKey, "v1|CONFIRM|\(passkey)")
+    }
+
+    /// Constant-time comparison of two hex MACs (case-insensitive); false for empty ones.
+    public static func matches(_ a: String, _ b: String) -> Bool {
+        guard !a.isEmpty, let x = Hex.decode(a), let y = Hex.decode(b) else { return false }
+        return SecureBytes.equal(x, y)
     }
 }

@@ -56,8 +56,8 @@ public final class TerminalCore: @unchecked Sendable {
     private var bonds: [String: [UInt8]] = [:]
     /// Nonces of recent bond proofs (a replayed login is refused).
     private var bondNonces: [String] = []
-    /// The passkey on the terminal's display while a pairing waits.
-    private var shownPasskey: String?
+    /// The passkey on the terminal's display while a pairing waits for confirmation.
+    private var shownPasskey: String? { session?.pairing?.passkey }
     private var operations: [String: ApprovedOperation] = [:]
     private var transactionIDs: Set<String> = []
     private var gatewayQueue: [GatewayRequest] = []
@@ -96,13 +96,23 @@ public final class TerminalCore: @unchecked Sendable {
         var environment: String
         var locationID: String
         var usedServiceIDs: Set<String> = []
-        /// A pairing awaiting the host's confirmation: nothing but that (or logout) is allowed.
+        /// A pairing awaiting the host's nonce and confirmation: nothing but those (or logout)
+        /// is allowed.
         var pairing: PendingPairing?
+        /// Who the host is (its bond's key here): `Ext.HostID`, else the SaleID.
+        var hostID = ""
     }
 
     struct PendingPairing {
-        var linkKey: [UInt8]
-        var passkey: String
+        var hostID: String
+        var hostKey: [UInt8]
+        var terminalKey: [UInt8]
+        var sharedSecret: [UInt8]
+        var commitment: String
+        var terminalNonce: [UInt8]
+        /// Known once the host revealed its nonce.
+        var linkKey: [UInt8]?
+        var passkey: String?
     }
 
     enum Phase: String { case waitingForCard = "WaitingForCard", cardRead = "CardRead", pinEntry = "PinEntry", authorizing = "Authorizing" }
@@ -164,6 +174,7 @@ public final class TerminalCore: @unchecked Sendable {
         var session: Session
         var deadline: Instant
         var pairing: JSONValue?
+        var bond: JSONValue?
     }
 
     struct AdminOperation {
@@ -185,7 +196,6 @@ public final class TerminalCore: @unchecked Sendable {
         hostConnected = false
         session = nil
         pendingLogin = nil
-        shownPasskey = nil
         record("host disconnected")
         // A host-relayed gateway exchange cannot complete without the host.
         if let inFlight = gatewayInFlight, inFlight.hostRelay { gatewayDidFail(now: now) }
@@ -231,6 +241,7 @@ public final class TerminalCore: @unchecked Sendable {
         }
         session?.usedServiceIDs.insert(sid)
         if s.pairing != nil {
+            if h.category == .admin, m.body["ServiceIdentification"]?.string == "PairingNonce" { return pairingNonce(m) }
             if h.category == .admin, m.body["ServiceIdentification"]?.string == "ConfirmPairing" { return confirmPairing(m) }
             if h.category != .logout { return fail(h, .notAllowed, [("reason", "PairingPending")]) }
         }
@@ -333,43 +344,48 @@ public final class TerminalCore: @unchecked Sendable {
         }
         var s = Session(saleID: h.saleID, merchantID: merchant, terminalID: terminal, environment: environment, locationID: location)
         s.usedServiceIDs.insert(h.identifier ?? "")
-        var pairingExt: JSONValue?
+        var pairingExt: JSONValue?, bondExt: JSONValue?
+        let hostID = ext?["HostID"]?.string ?? h.saleID
+        s.hostID = hostID
         if configuration.requiresPairing {
-            if let hostKey = ext?["Pairing"]?["HostPublicKey"]?.string.flatMap(Hex.decode) {
-                guard let ours = try? SecureBytes.random(32), let publicKey = try? X25519.publicKey(privateKey: ours),
+            if let pairing = ext?["Pairing"] {
+                guard let hostKey = pairing["HostPublicKey"]?.string.flatMap(Hex.decode), hostKey.count == 32,
+                      let commitment = pairing["Commitment"]?.string, commitment.utf8.count == 64,
+                      let ours = try? SecureBytes.random(32), let publicKey = try? X25519.publicKey(privateKey: ours),
                       let shared = try? X25519.sharedSecret(privateKey: ours, peerPublicKey: hostKey),
-                      let key = try? Pairing.linkKey(sharedSecret: shared, hostPublicKey: hostKey, terminalPublicKey: publicKey) else {
+                      let nonce = try? SecureBytes.random(16) else {
                     return fail(h, .messageFormat, [("reason", "PairingKeyInvalid")])
                 }
-                let passkey = Pairing.passkey(hostPublicKey: hostKey, terminalPublicKey: publicKey)
-                s.pairing = PendingPairing(linkKey: key, passkey: passkey)
-                shownPasskey = passkey
-                pairingExt = ["TerminalPublicKey": .string(Hex.encode(publicKey))]
-                record("pairing with \(h.saleID): passkey on the display")
+                s.pairing = PendingPairing(hostID: hostID, hostKey: hostKey, terminalKey: publicKey, sharedSecret: shared,
+                                           commitment: commitment, terminalNonce: nonce)
+                pairingExt = ["TerminalPublicKey": .string(Hex.encode(publicKey)), "TerminalNonce": .string(Hex.encode(nonce))]
+                record("pairing with \(hostID) begins")
             } else if let proof = ext?["Bond"]?["Proof"]?.string {
-                guard let key = bonds[h.saleID] else {
-                    return fail(h, .notAllowed, [("reason", "PairingLost")])
-                }
                 let dateTime = m.body["DateTime"]?.string ?? "", nonce = ext?["Bond"]?["Nonce"]?.string ?? ""
-                let expected = Pairing.proof(linkKey: key, hostID: h.saleID, poiID: configuration.serialNumber, dateTime: dateTime, nonce: nonce)
-                guard SecureBytes.equal(Array(expected.utf8), Array(proof.uppercased().utf8)) else {
+                guard let key = bonds[hostID],
+                      Pairing.matches((try? Pairing.proof(linkKey: key, hostID: hostID, poiID: configuration.serialNumber, dateTime: dateTime, nonce: nonce)) ?? "", proof) else {
                     return fail(h, .notAllowed, [("reason", "PairingLost")])
                 }
-                // A proof seen before, or from another time, is a replay.
+                // A proof seen recently, or from another time, is a replay.
                 guard let sent = WallTime(rfc3339: dateTime), abs(sent.seconds - wall(now).seconds) <= 300,
                       nonce.utf8.count >= 16, !bondNonces.contains(nonce) else {
-                    record("bond proof from \(h.saleID) replayed or stale: refused")
+                    record("bond proof from \(hostID) replayed or stale: refused")
                     return fail(h, .notAllowed, [("reason", "BondProofReplayed")])
                 }
                 bondNonces.append(nonce)
-                if bondNonces.count > 256 { bondNonces.removeFirst() }
+                if bondNonces.count > 1024 { bondNonces.removeFirst() }
+                // Our answer proves we hold the same key.
+                guard let answer = try? Pairing.readerProof(linkKey: key, hostID: hostID, poiID: configuration.serialNumber, nonce: nonce) else {
+                    return fail(h, .messageFormat, [("reason", "PairingKeyInvalid")])
+                }
+                bondExt = ["Proof": .string(answer)]
             } else {
                 return fail(h, .notAllowed, [("reason", "PairingRequired")])
             }
         }
         record("login from \(h.saleID) at \(location) (\(environment))")
         // Ask the gateway for updates first; answer when it replies or after a short wait.
-        pendingLogin = PendingLogin(header: h, session: s, deadline: now + configuration.loginUpdateCheckTimeout, pairing: pairingExt)
+        pendingLogin = PendingLogin(header: h, session: s, deadline: now + configuration.loginUpdateCheckTimeout, pairing: pairingExt, bond: bondExt)
         enqueueGateway(.updateCheck, ["Type": "UpdateCheck", "Version": .string(configuration.softwareVersion),
                                       "SerialNumber": .string(configuration.serialNumber)],
                        timeout: configuration.loginUpdateCheckTimeout, now: now)
@@ -386,6 +402,7 @@ public final class TerminalCore: @unchecked Sendable {
         ]
         if let offer = availableUpdate { ext = ext.setting("AvailableUpdate", offer.json) }
         if let pairing = pending.pairing { ext = ext.setting("Pairing", pairing) }
+        if let bond = pending.bond { ext = ext.setting("Bond", bond) }
         respond(pending.header, body: [
             "Response": PaymentResponseStatus.success.json,
             "POISystemData": [
@@ -714,24 +731,45 @@ public final class TerminalCore: @unchecked Sendable {
         }
     }
 
+    /// The host reveals the nonce it committed to: both passkeys can now be derived, and ours
+    /// goes on the display.
+    func pairingNonce(_ m: PaymentMessage) {
+        guard var pairing = session?.pairing, pairing.passkey == nil else { return fail(m.header, .notFound) }
+        guard let nonce = m.body["Ext"]?["HostNonce"]?.string.flatMap(Hex.decode), nonce.count == 16,
+              let commitment = try? Pairing.commitment(hostPublicKey: pairing.hostKey, hostNonce: nonce),
+              Pairing.matches(commitment, pairing.commitment),
+              let passkey = try? Pairing.passkey(hostPublicKey: pairing.hostKey, terminalPublicKey: pairing.terminalKey,
+                                                 hostNonce: nonce, terminalNonce: pairing.terminalNonce),
+              let key = try? Pairing.linkKey(sharedSecret: pairing.sharedSecret, hostPublicKey: pairing.hostKey,
+                                             terminalPublicKey: pairing.terminalKey, hostNonce: nonce, terminalNonce: pairing.terminalNonce) else {
+            session = nil
+            record("pairing with \(m.header.saleID): the nonce does not match its commitment")
+            return fail(m.header, .notAllowed, [("reason", "PairingRejected")])
+        }
+        pairing.passkey = passkey
+        pairing.linkKey = key
+        session?.pairing = pairing
+        display("pairing", "PAIRING CODE \(passkey)")
+        record("pairing with \(pairing.hostID): passkey on the display")
+        respond(m.header, body: ["Response": PaymentResponseStatus.success.json])
+    }
+
     /// The host's person confirmed the passkey: the bond is kept if ours did too.
     func confirmPairing(_ m: PaymentMessage) {
-        guard let pairing = session?.pairing else { return fail(m.header, .notFound) }
-        shownPasskey = nil
-        let expected = Pairing.confirmation(linkKey: pairing.linkKey, passkey: pairing.passkey)
+        guard let pairing = session?.pairing, let key = pairing.linkKey, let passkey = pairing.passkey else { return fail(m.header, .notFound) }
         guard let given = m.body["Ext"]?["Confirmation"]?.string,
-              SecureBytes.equal(Array(expected.utf8), Array(given.uppercased().utf8)) else {
+              Pairing.matches((try? Pairing.confirmation(linkKey: key, passkey: passkey)) ?? "", given) else {
             session = nil
             return fail(m.header, .notAllowed, [("reason", "PairingRejected")])
         }
         guard configuration.confirmsPairing else {
             session = nil
-            record("pairing with \(m.header.saleID) rejected at the terminal")
+            record("pairing with \(pairing.hostID) rejected at the terminal")
             return fail(m.header, .notAllowed, [("reason", "PairingRejected")])
         }
-        bonds[m.header.saleID] = pairing.linkKey
+        bonds[pairing.hostID] = key
         session?.pairing = nil
-        record("paired with \(m.header.saleID)")
+        record("paired with \(pairing.hostID)")
         respond(m.header, body: ["Response": PaymentResponseStatus.success.json])
     }
 
@@ -923,7 +961,7 @@ public final class TerminalCore: @unchecked Sendable {
             record("bonds erased")
             return ok()
         case "status":
-            return ok([("passkey", shownPasskey.map { .string($0) } ?? .null), ("bonds", .integer(Int64(bonds.count))),("serial", .string(configuration.serialNumber)), ("version", .string(configuration.softwareVersion)),
+            return ok([("passkey", shownPasskey.map { .string($0) } ?? .null), ("bonds", .integer(Int64(bonds.count))), ("serial", .string(configuration.serialNumber)), ("version", .string(configuration.softwareVersion)),
                        ("loggedIn", .bool(session != nil)), ("busy", .bool(transaction != nil || admin != nil)),
                        ("phase", transaction.map { .string($0.phase.rawValue) } ?? .null),
                        ("ksnCounter", .integer(Int64(security.counter))), ("battery", .number(TerminalCore.fraction(configuration.battery)))])

@@ -88,8 +88,6 @@ public final class PaymentReader: @unchecked Sendable {
     private var lastOutcome: PaymentOutcome?
     /// The reader being connected to, as discovery or its advertisement described it.
     private var peripheral: DiscoveredReader?
-    /// Our X25519 key while a pairing runs.
-    private var pairingKey: [UInt8]?
     private var discovery: DiscoveryRun?
     private var lastChannel: Channel?
     private var lastLineLost = false
@@ -148,8 +146,15 @@ public final class PaymentReader: @unchecked Sendable {
     public func connect(_ reader: DiscoveredReader, configuration: ReaderConnectionConfiguration) async throws(PaymentError) {
         await previousLinkClosed()
         let _: Bool = try await run { finish in
-            // Discovery hands over to connecting directly (no idle state in between).
-            if discovery != nil { endDiscovery(.success(reader), state: nil) }
+            // Discovery hands over to connecting directly (no idle state in between); a connect
+            // refused at once leaves the discovery running.
+            if discovery != nil {
+                guard PaymentRules.isLocationID(configuration.locationID) else {
+                    return finish(.failure(PaymentError(.invalidLocationId, "location id must match [A-Za-z0-9_-]{1,64}")))
+                }
+                guard link == nil else { return finish(.failure(PaymentError(.busy, "already connected"))) }
+                endDiscovery(.success(reader), state: nil)
+            }
             connectOnLoop(path: reader.path, serial: reader.serialNumber, peripheral: reader, configuration: configuration) { r in finish(r.map { true }) }
         }
     }
@@ -161,6 +166,7 @@ public final class PaymentReader: @unchecked Sendable {
             return finish(.failure(PaymentError(.invalidLocationId, "location id must match [A-Za-z0-9_-]{1,64}")))
         }
         guard link == nil else { return finish(.failure(PaymentError(.busy, "already connected"))) }
+        guard episode == nil else { return finish(.failure(PaymentError(.busy, "reconnecting"))) }
         // The line may be missing for a moment (a terminal re-arming it); gone for a second, it is not there.
         if linePolls > 0, connectCanceled {
             connectCanceled = false
@@ -258,7 +264,7 @@ public final class PaymentReader: @unchecked Sendable {
     /// A link given up (a failed login, a rejected pairing) may still be saying goodbye on the
     /// line; a new one on the same line waits until it is down.
     private func previousLinkClosed() async {
-        guard let previous = loop.sync({ link == nil ? lastChannel : nil }) else { return }
+        guard let previous = loop.sync({ link == nil && stateValue.isIdle && episode == nil && install == nil ? lastChannel : nil }) else { return }
         await previous.close()
     }
 
@@ -290,15 +296,22 @@ public final class PaymentReader: @unchecked Sendable {
                               "MerchantID": .string(c.merchantID), "TerminalID": .string(c.terminalID)]
         if let token = c.sessionToken ?? sessionToken { ext = ext.setting("SessionToken", .string(token)) }
         let dateTime = Self.wallNow().description
-        pairingKey = nil
+        ext = ext.setting("HostID", .string(c.bonds.hostID))
+        // What this login does about pairing: nothing, prove a bond, or begin a pairing.
+        var bondNonce: String?, pairing: (key: [UInt8], nonce: [UInt8])?
         if let p = peripheral, p.requiresPairing {
             if let key = c.bonds.key(for: p.peripheralUUID) {
                 let nonce = Hex.encode((try? SecureBytes.random(16)) ?? [])
-                ext = ext.setting("Bond", ["Nonce": .string(nonce),
-                                           "Proof": .string(Pairing.proof(linkKey: key, hostID: c.saleID, poiID: l.poiID, dateTime: dateTime, nonce: nonce))])
-            } else if c.autoPair, let ours = try? SecureBytes.random(32), let pub = try? X25519.publicKey(privateKey: ours) {
-                pairingKey = ours
-                ext = ext.setting("Pairing", ["HostPublicKey": .string(Hex.encode(pub))])
+                guard let proof = try? Pairing.proof(linkKey: key, hostID: c.bonds.hostID, poiID: l.poiID, dateTime: dateTime, nonce: nonce) else {
+                    l.teardown()
+                    return completion(.failure(PaymentError(.readerLoginFailed, "cannot prove the bond")))
+                }
+                bondNonce = nonce
+                ext = ext.setting("Bond", ["Nonce": .string(nonce), "Proof": .string(proof)])
+            } else if c.autoPair, let ours = try? SecureBytes.random(32), let pub = try? X25519.publicKey(privateKey: ours),
+                      let nonce = try? SecureBytes.random(16), let commitment = try? Pairing.commitment(hostPublicKey: pub, hostNonce: nonce) {
+                pairing = (ours, nonce)
+                ext = ext.setting("Pairing", ["HostPublicKey": .string(Hex.encode(pub)), "Commitment": .string(commitment)])
             } else {
                 l.teardown()
                 return completion(.failure(PaymentError(.pairingRequired, "\(p.serialNumber) must be paired first")))
@@ -327,6 +340,10 @@ public final class PaymentReader: @unchecked Sendable {
                 case "PairingLost"?:
                     if let p = self.peripheral { c.bonds.remove(p.peripheralUUID) }
                     return completion(.failure(PaymentError(.pairingLost, "the reader no longer knows this host; the bond was deleted")))
+                case "BondProofReplayed"?:
+                    return completion(.failure(PaymentError(.readerLoginFailed, "the reader took the bond proof for a replay (are both clocks right?)")))
+                case "PairingKeyInvalid"?:
+                    return completion(.failure(PaymentError(.pairingRejected, "the reader refused our pairing key")))
                 default: break
                 }
                 return completion(.failure(PaymentError(.readerLoginFailed, status.map { "\($0.json.text)" } ?? "no status")))
@@ -342,36 +359,57 @@ public final class PaymentReader: @unchecked Sendable {
                                   availableUpdate: offer.map { ReaderSoftwareUpdate(deviceSoftwareVersion: $0.version, durationEstimate: $0.durationEstimate,
                                                                                      requiredAt: $0.requiredAt, size: $0.size) },
                                   locationID: ext?["LocationID"]?.string ?? c.locationID)
-            guard let ours = self.pairingKey else { return completion(.success(l)) }
-            self.pairingKey = nil
-            self.completePairing(l, ours: ours, terminalKey: ext?["Pairing"]?["TerminalPublicKey"]?.string.flatMap(Hex.decode), completion)
+            if let bondNonce, let p = self.peripheral, let key = c.bonds.key(for: p.peripheralUUID) {
+                // The reader proves it holds the same link key: a stand-in that does not is refused.
+                let expected = (try? Pairing.readerProof(linkKey: key, hostID: c.bonds.hostID, poiID: l.poiID, nonce: bondNonce)) ?? ""
+                guard Pairing.matches(expected, ext?["Bond"]?["Proof"]?.string ?? "") else {
+                    l.teardown()
+                    return completion(.failure(PaymentError(.readerLoginFailed, "the reader could not prove our bond")))
+                }
+            }
+            guard let pairing else { return completion(.success(l)) }
+            self.completePairing(l, ours: pairing.key, hostNonce: pairing.nonce, answer: ext?["Pairing"], completion)
         }
     }
 
-    /// Numeric comparison: both sides derive the passkey from the two public keys; the person
-    /// confirms it matches the reader's display; the confirmation commits the reader's bond.
-    private func completePairing(_ l: ReaderLink, ours: [UInt8], terminalKey: [UInt8]?,
+    /// Numeric comparison with commitments: we reveal the nonce we committed to, both sides
+    /// derive the passkey from both keys and both nonces, the person confirms it matches the
+    /// reader's display (the connect timeout waits meanwhile), and the confirmation commits the
+    /// reader's bond.
+    private func completePairing(_ l: ReaderLink, ours: [UInt8], hostNonce: [UInt8], answer: JSONValue?,
                                  _ completion: @escaping (Result<ReaderLink, PaymentError>) -> Void) {
-        guard let c = configuration, let p = peripheral, let terminalKey, let hostKey = try? X25519.publicKey(privateKey: ours),
-              let shared = try? X25519.sharedSecret(privateKey: ours, peerPublicKey: terminalKey),
-              let linkKey = try? Pairing.linkKey(sharedSecret: shared, hostPublicKey: hostKey, terminalPublicKey: terminalKey) else {
+        let fail: (String) -> Void = { why in
             l.teardown()
-            return completion(.failure(PaymentError(.pairingRejected, "the reader's pairing key is missing or unusable")))
+            completion(.failure(PaymentError(.pairingRejected, why)))
         }
-        let passkey = Pairing.passkey(hostPublicKey: hostKey, terminalPublicKey: terminalKey)
-        guard delegate?.reader(self, confirmPairing: passkey) == true else {
-            l.teardown()
-            return completion(.failure(PaymentError(.pairingRejected, "passkey \(passkey) not confirmed")))
+        guard let c = configuration, let p = peripheral, let terminalKey = answer?["TerminalPublicKey"]?.string.flatMap(Hex.decode),
+              let terminalNonce = answer?["TerminalNonce"]?.string.flatMap(Hex.decode), terminalNonce.count == 16,
+              let hostKey = try? X25519.publicKey(privateKey: ours), let shared = try? X25519.sharedSecret(privateKey: ours, peerPublicKey: terminalKey),
+              let linkKey = try? Pairing.linkKey(sharedSecret: shared, hostPublicKey: hostKey, terminalPublicKey: terminalKey,
+                                                 hostNonce: hostNonce, terminalNonce: terminalNonce),
+              let passkey = try? Pairing.passkey(hostPublicKey: hostKey, terminalPublicKey: terminalKey, hostNonce: hostNonce, terminalNonce: terminalNonce),
+              let confirmation = try? Pairing.confirmation(linkKey: linkKey, passkey: passkey) else {
+            return fail("the reader's pairing answer is missing or unusable")
         }
-        l.request(.admin, body: ["ServiceIdentification": "ConfirmPairing",
-                                 "Ext": ["Confirmation": .string(Pairing.confirmation(linkKey: linkKey, passkey: passkey))]]) { response in
-            guard PaymentResponseStatus(json: response.body["Response"])?.result == .success else {
-                l.teardown()
-                return completion(.failure(PaymentError(.pairingRejected, "the reader rejected the pairing")))
+        l.request(.admin, body: ["ServiceIdentification": "PairingNonce", "Ext": ["HostNonce": .string(Hex.encode(hostNonce))]], answer: { [weak self] response in
+            guard let self else { return }
+            guard PaymentResponseStatus(json: response.body["Response"])?.result == .success else { return fail("the reader refused our nonce") }
+            // A person takes their time: the connect timeout starts again after the answer.
+            if let t = self.connectTimer { self.loop.cancelTimer(t) }
+            let confirmed = self.delegate?.reader(self, confirmPairing: passkey) == true
+            if self.connectTimer != nil, let abort = self.connectAbort {
+                self.connectTimer = self.loop.schedule(at: self.loop.now + c.connectTimeout) { [weak self] in
+                    self?.connectTimer = nil
+                    abort(PaymentError(.connectTimedOut, "no reader login within \(c.connectTimeout)"))
+                }
             }
-            c.bonds.store(linkKey, for: p.peripheralUUID)
-            completion(.success(l))
-        }
+            guard confirmed else { return fail("passkey \(passkey) not confirmed") }
+            l.request(.admin, body: ["ServiceIdentification": "ConfirmPairing", "Ext": ["Confirmation": .string(confirmation)]]) { response in
+                guard PaymentResponseStatus(json: response.body["Response"])?.result == .success else { return fail("the reader rejected the pairing") }
+                c.bonds.store(linkKey, for: p.peripheralUUID)
+                completion(.success(l))
+            }
+        })
     }
 
     // MARK: Merchant login
@@ -671,7 +709,13 @@ public final class PaymentReader: @unchecked Sendable {
                 l.request(.abort, body: ["MessageReference": ["MessageCategory": "Payment", "ServiceID": .string(p.serviceID), "SaleID": .string(p.saleID)],
                                          "AbortReason": "MerchantAbort"])
             case .connecting:
-                if let abort = connectAbort {
+                if let i = install, !i.restarting, let l = link {
+                    // A required update installing inside the connect: cancel the update, which
+                    // fails the connect (unsupportedReaderVersion) the documented way.
+                    l.request(.admin, body: ["ServiceIdentification": "CancelUpdate"])
+                } else if install != nil {
+                    // Restarting into the new version: too late to cancel.
+                } else if let abort = connectAbort {
                     abort(PaymentError(.canceled, "connect canceled"))
                 } else {
                     // Still waiting for the line to appear.

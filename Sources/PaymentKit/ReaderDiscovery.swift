@@ -3,13 +3,26 @@ import Crypto
 import Glibc
 import NetStack
 import Payment
+import Synchronization
 
 /// The lines this machine offers, standing in for the radio: every character device matching a
 /// pattern (`/dev/ttyUSB*`, `/tmp/pppbridge-readers/*`), with the advertisement a terminal wrote beside its line
 /// (`LINE.advert`, SPEC §4.5's JSON record) or, without one, as a wired reader.
 public enum ReaderLines {
-    /// The default pattern: where `pppbridge terminal` links its ptys.
-    public static let defaultPattern = "/tmp/pppbridge-readers/*"
+    /// Where `pppbridge terminal` links its ptys by default: the user's runtime directory
+    /// (`$XDG_RUNTIME_DIR/pppbridge-readers`), else a directory of this user's own in /tmp.
+    public static let defaultDirectory: String = {
+        if let runtime = getenv("XDG_RUNTIME_DIR").map({ String(cString: $0) }), !runtime.isEmpty { return runtime + "/pppbridge-readers" }
+        return "/tmp/pppbridge-readers-\(getuid())"
+    }()
+
+    /// The default pattern: every line in the default directory.
+    public static var defaultPattern: String { defaultDirectory + "/*" }
+
+    /// Makes the default directory (mode 0700) when it is missing.
+    public static func makeDefaultDirectory() {
+        mkdir(defaultDirectory, 0o700)
+    }
 
     /// What the lines matching `pattern` advertise now. Throws `bluetoothDisabled` when the
     /// pattern's directory does not exist (no "radio" to scan with).
@@ -17,6 +30,16 @@ public enum ReaderLines {
         let directory = pattern.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
         if !directory.isEmpty && access(directory, F_OK) != 0 {
             throw PaymentError(.bluetoothDisabled, "no lines to scan: \(directory) does not exist")
+        }
+        // Lines and advertisements someone else could plant are not believed: the directory
+        // must be ours (or root's) and not writable by others.
+        var st = stat()
+        if !directory.isEmpty, stat(directory, &st) == 0 {
+            let foreign = st.st_uid != getuid() && st.st_uid != 0
+            let writableByOthers = st.st_mode & UInt32(S_IWOTH) != 0 && st.st_mode & UInt32(S_ISVTX) == 0
+            guard !foreign && !writableByOthers else {
+                throw PaymentError(.bluetoothDisabled, "\(directory) is not this user's (or is writable by others): its lines are not trusted")
+            }
         }
         var g = glob_t()
         defer { globfree(&g) }
@@ -44,11 +67,14 @@ public enum ReaderLines {
     /// Publishes `reader`'s advertisement beside its line (atomically: write, then rename).
     public static func publish(_ reader: DiscoveredReader) {
         let target = reader.path + ".advert", temporary = reader.path + ".advert.tmp"
-        guard let f = fopen(temporary, "wb") else { return }
+        unlink(temporary)
+        // Never through a link someone put there.
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { return }
         let bytes = reader.advert.serialized + [0x0A]
-        _ = bytes.withUnsafeBytes { fwrite($0.baseAddress, 1, $0.count, f) }
-        fclose(f)
-        rename(temporary, target)
+        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        close(fd)
+        if written == bytes.count { rename(temporary, target) } else { unlink(temporary) }
     }
 
     public static func withdraw(path: String) { unlink(path + ".advert") }
@@ -62,20 +88,29 @@ public enum ReaderLines {
     }
 }
 
-/// The host's bonds with paired readers: peripheral UUID → 16-byte link key. In memory, or
-/// also in a directory (one file per reader, mode 0600) so bonds outlive the process.
-public final class BondStore: @unchecked Sendable {
+/// The host's bonds with paired readers: peripheral UUID → 16-byte link key, and the host's
+/// own identity (a random ID the readers know it by). In memory, or also in a directory (one
+/// 0600 file per reader, and `host-id`) so bonds outlive the process.
+public final class BondStore: Sendable {
     public let directory: String?
-    private var keys: [String: [UInt8]] = [:]
-    private let lock = PThreadLock()
+    public let hostID: String
+    private let keys = Mutex<[String: [UInt8]]>([:])
 
     public init(directory: String? = nil) {
         self.directory = directory
-        if let directory { mkdir(directory, 0o700) }
+        if let directory {
+            mkdir(directory, 0o700)
+            if let bytes = ReaderLines.readFile(directory + "/host-id"), let id = Hex.decode(String(decoding: bytes.prefix(32), as: UTF8.self)), id.count == 16 {
+                hostID = Hex.encode(id)
+                return
+            }
+        }
+        hostID = Hex.encode((try? SecureBytes.random(16)) ?? [])
+        if let directory { BondStore.write(directory + "/host-id", hostID) }
     }
 
     public func key(for uuid: String) -> [UInt8]? {
-        lock.locked {
+        keys.withLock { keys in
             if let k = keys[uuid.uppercased()] { return k }
             guard let directory, let bytes = ReaderLines.readFile(directory + "/" + uuid.uppercased() + ".bond"),
                   let k = Hex.decode(String(decoding: bytes.prefix(32), as: UTF8.self)), k.count == 16 else { return nil }
@@ -85,34 +120,20 @@ public final class BondStore: @unchecked Sendable {
     }
 
     public func store(_ key: [UInt8], for uuid: String) {
-        lock.locked {
-            keys[uuid.uppercased()] = key
-            guard let directory else { return }
-            let path = directory + "/" + uuid.uppercased() + ".bond"
-            let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-            guard fd >= 0 else { return }
-            let text = Array((Hex.encode(key) + "\n").utf8)
-            _ = text.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            close(fd)
-        }
+        keys.withLock { $0[uuid.uppercased()] = key }
+        if let directory { BondStore.write(directory + "/" + uuid.uppercased() + ".bond", Hex.encode(key)) }
     }
 
     public func remove(_ uuid: String) {
-        lock.locked {
-            keys[uuid.uppercased()] = nil
-            if let directory { unlink(directory + "/" + uuid.uppercased() + ".bond") }
-        }
+        keys.withLock { $0[uuid.uppercased()] = nil }
+        if let directory { unlink(directory + "/" + uuid.uppercased() + ".bond") }
     }
-}
 
-/// A mutex without Foundation.
-final class PThreadLock: @unchecked Sendable {
-    private var m = pthread_mutex_t()
-    init() { pthread_mutex_init(&m, nil) }
-    deinit { pthread_mutex_destroy(&m) }
-    func locked<T>(_ body: () -> T) -> T {
-        pthread_mutex_lock(&m)
-        defer { pthread_mutex_unlock(&m) }
-        return body()
+    private static func write(_ path: String, _ text: String) {
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return }
+        let bytes = Array((text + "\n").utf8)
+        _ = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+        close(fd)
     }
 }

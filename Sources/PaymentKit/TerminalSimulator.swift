@@ -165,12 +165,19 @@ public final class TerminalSimulator: @unchecked Sendable {
         t.kick()
         if graceful {
             // Its last words (progress, the Shutdown event) reach the host before the link goes:
-            // what TCP still holds is sent and acknowledged first (for at most two seconds).
-            whenFlushed(t, s, deadline: loop.now + .seconds(2)) { Task.detached { await t.stop() } }
+            // what TCP still holds is sent and acknowledged first (for at most two seconds). The
+            // next boot counts from the old link's end, so the two never share the core.
+            whenFlushed(t, s, deadline: loop.now + .seconds(2)) { [weak self] in
+                Task.detached {
+                    await t.stop()
+                    guard let self else { return }
+                    self.loop.sync { self.scheduleBoot(after: restartAfter) }
+                }
+            }
         } else {
             t.hangUp()
+            scheduleBoot(after: restartAfter)
         }
-        scheduleBoot(after: restartAfter)
     }
 
     private func whenFlushed(_ t: SimulatedTerminal, _ s: ReaderService?, deadline: Instant, _ then: @escaping () -> Void) {

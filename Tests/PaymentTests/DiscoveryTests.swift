@@ -104,13 +104,31 @@ import Testing
     @Test func pairingDerivesTheSameOnBothSides() throws {
         let h = try SecureBytes.random(32), t = try SecureBytes.random(32)
         let hp = try X25519.publicKey(privateKey: h), tp = try X25519.publicKey(privateKey: t)
-        let k1 = try Pairing.linkKey(sharedSecret: try X25519.sharedSecret(privateKey: h, peerPublicKey: tp), hostPublicKey: hp, terminalPublicKey: tp)
-        let k2 = try Pairing.linkKey(sharedSecret: try X25519.sharedSecret(privateKey: t, peerPublicKey: hp), hostPublicKey: hp, terminalPublicKey: tp)
+        let hn = try SecureBytes.random(16), tn = try SecureBytes.random(16)
+        let k1 = try Pairing.linkKey(sharedSecret: try X25519.sharedSecret(privateKey: h, peerPublicKey: tp), hostPublicKey: hp, terminalPublicKey: tp,
+                                     hostNonce: hn, terminalNonce: tn)
+        let k2 = try Pairing.linkKey(sharedSecret: try X25519.sharedSecret(privateKey: t, peerPublicKey: hp), hostPublicKey: hp, terminalPublicKey: tp,
+                                     hostNonce: hn, terminalNonce: tn)
         #expect(k1 == k2 && k1.count == 16)
-        let passkey = Pairing.passkey(hostPublicKey: hp, terminalPublicKey: tp)
+        let passkey = try Pairing.passkey(hostPublicKey: hp, terminalPublicKey: tp, hostNonce: hn, terminalNonce: tn)
         #expect(passkey.count == 6 && passkey.allSatisfy(\.isNumber))
-        let proof = Pairing.proof(linkKey: k1, hostID: "HOST-1", poiID: "SIM-1", dateTime: "2026-01-01T00:00:00Z", nonce: "00")
-        #expect(proof != Pairing.proof(linkKey: k1, hostID: "HOST-1", poiID: "SIM-1", dateTime: "2026-01-01T00:00:01Z", nonce: "00"))
-        #expect(proof != Pairing.proof(linkKey: k1, hostID: "HOST-1", poiID: "SIM-1", dateTime: "2026-01-01T00:00:00Z", nonce: "01"))
+        // The host's nonce changes the passkey (fixed values: the same every run).
+        let zero = [UInt8](repeating: 0, count: 16), one = [UInt8](repeating: 1, count: 16)
+        #expect(try Pairing.passkey(hostPublicKey: hp, terminalPublicKey: tp, hostNonce: zero, terminalNonce: zero)
+            != (try Pairing.passkey(hostPublicKey: hp, terminalPublicKey: tp, hostNonce: one, terminalNonce: zero)))
+        let commitment = try Pairing.commitment(hostPublicKey: hp, hostNonce: hn)
+        #expect(Pairing.matches(commitment, try Pairing.commitment(hostPublicKey: hp, hostNonce: hn)))
+        #expect(!Pairing.matches(commitment, try Pairing.commitment(hostPublicKey: hp, hostNonce: tn)))
+        #expect(!Pairing.matches("", ""), "an empty MAC never matches")
+        let proof = try Pairing.proof(linkKey: k1, hostID: "H", poiID: "SIM-1", dateTime: "2026-01-01T00:00:00Z", nonce: "00")
+        #expect(proof != (try Pairing.proof(linkKey: k1, hostID: "H", poiID: "SIM-1", dateTime: "2026-01-01T00:00:01Z", nonce: "00")))
+        #expect(proof != (try Pairing.proof(linkKey: k1, hostID: "H", poiID: "SIM-1", dateTime: "2026-01-01T00:00:00Z", nonce: "01")))
+        #expect(proof != (try Pairing.readerProof(linkKey: k1, hostID: "H", poiID: "SIM-1", nonce: "00")))
+    }
+
+    @Test func proximityReportsAWiredLineTwiceAtOnce() {
+        var core = DiscoveryCore(configuration: .init(method: .proximity), now: .zero)
+        let wired = DiscoveredReader.wired(path: "/dev/ttyUSB0")
+        #expect(ticks(&core, [wired, reader(0, rssi: -40)], from: 0, count: 8) == [.update([wired]), .update([wired])])
     }
 }

@@ -52,46 +52,77 @@ import Testing
         let t = terminal()
         var now = Instant.zero
         t.hostDidConnect(now: now)
-        let dateTime = "2026-11-01T10:00:05Z"
+        let dateTime = "2026-11-01T10:00:05Z", hostID = "00112233445566778899AABBCCDDEEFF"
 
         // No pairing and no bond: refused.
-        let bare = try exchange(t, login(ext: [:], dateTime: dateTime), at: &now)
+        let bare = try exchange(t, login(ext: ["HostID": .string(hostID)], dateTime: dateTime), at: &now)
         #expect(status(bare.first)?.value("reason") == "PairingRequired")
 
-        // Pairing: our key in, the terminal's key out; the passkey on its display matches ours.
-        let host = try SecureBytes.random(32), hostPublic = try X25519.publicKey(privateKey: host)
-        let paired = try exchange(t, login(ext: ["Pairing": ["HostPublicKey": .string(Hex.encode(hostPublic))]], dateTime: dateTime), at: &now)
+        // Pairing: our key and a commitment to our nonce in; the terminal's key and nonce out.
+        let host = try SecureBytes.random(32), hostPublic = try X25519.publicKey(privateKey: host), hostNonce = try SecureBytes.random(16)
+        let commitment = try Pairing.commitment(hostPublicKey: hostPublic, hostNonce: hostNonce)
+        let paired = try exchange(t, login(ext: ["HostID": .string(hostID), "Pairing": ["HostPublicKey": .string(Hex.encode(hostPublic)),
+                                                                                       "Commitment": .string(commitment)]], dateTime: dateTime), at: &now)
         #expect(status(paired.first)?.result == .success)
-        let terminalPublic = try #require(paired.first?.body["Ext"]?["Pairing"]?["TerminalPublicKey"]?.string.flatMap(Hex.decode))
-        let passkey = Pairing.passkey(hostPublicKey: hostPublic, terminalPublicKey: terminalPublic)
-        #expect(t.control(["cmd": "status"], now: now)["passkey"]?.string == passkey)
-        let key = try Pairing.linkKey(sharedSecret: try X25519.sharedSecret(privateKey: host, peerPublicKey: terminalPublic),
-                                      hostPublicKey: hostPublic, terminalPublicKey: terminalPublic)
-        // Anything but the confirmation is refused while the pairing waits.
+        let answer = paired.first?.body["Ext"]?["Pairing"]
+        let terminalPublic = try #require(answer?["TerminalPublicKey"]?.string.flatMap(Hex.decode))
+        let terminalNonce = try #require(answer?["TerminalNonce"]?.string.flatMap(Hex.decode))
+        #expect(t.control(["cmd": "status"], now: now)["passkey"] == .null, "no passkey before our nonce")
+        // Anything but the pairing's own steps is refused meanwhile.
         let early = try exchange(t, request(.diagnosis, id: "2", body: ["HostDiagnosisFlag": false]), at: &now)
         #expect(status(early.first)?.value("reason") == "PairingPending")
-        let confirmed = try exchange(t, request(.admin, id: "3", body: ["ServiceIdentification": "ConfirmPairing",
-                                                                       "Ext": ["Confirmation": .string(Pairing.confirmation(linkKey: key, passkey: passkey))]]), at: &now)
+        // Our nonce, checked against the commitment: now the passkey shows, the same as ours.
+        let revealed = try exchange(t, request(.admin, id: "3", body: ["ServiceIdentification": "PairingNonce",
+                                                                      "Ext": ["HostNonce": .string(Hex.encode(hostNonce))]]), at: &now)
+        #expect(status(revealed.first)?.result == .success)
+        let passkey = try Pairing.passkey(hostPublicKey: hostPublic, terminalPublicKey: terminalPublic, hostNonce: hostNonce, terminalNonce: terminalNonce)
+        #expect(t.control(["cmd": "status"], now: now)["passkey"]?.string == passkey)
+        let key = try Pairing.linkKey(sharedSecret: try X25519.sharedSecret(privateKey: host, peerPublicKey: terminalPublic),
+                                      hostPublicKey: hostPublic, terminalPublicKey: terminalPublic, hostNonce: hostNonce, terminalNonce: terminalNonce)
+        let confirmed = try exchange(t, request(.admin, id: "4", body: ["ServiceIdentification": "ConfirmPairing",
+                                                                       "Ext": ["Confirmation": .string(try Pairing.confirmation(linkKey: key, passkey: passkey))]]), at: &now)
         #expect(status(confirmed.first)?.result == .success)
         #expect(t.control(["cmd": "status"], now: now)["bonds"]?.integer == 1)
 
-        // The bond lets the host in; the same proof again is a replay; a stale time too.
+        // The bond lets the host in, and the terminal proves it holds the key too.
         t.hostDidDisconnect(now: now)
         t.hostDidConnect(now: now)
         let nonce = "00112233445566778899AABBCCDDEEFF"
-        let bonded = login(ext: ["Bond": ["Nonce": .string(nonce), "Proof": .string(Pairing.proof(linkKey: key, hostID: "HOST-1", poiID: "SIM-00000001",
-                                                                                                 dateTime: dateTime, nonce: nonce))]], dateTime: dateTime)
-        #expect(status(try exchange(t, bonded, at: &now).first)?.result == .success)
+        func bondLogin(_ key: [UInt8], at time: String, nonce: String) throws -> [UInt8] {
+            login(ext: ["HostID": .string(hostID), "Bond": ["Nonce": .string(nonce), "Proof": .string(try Pairing.proof(linkKey: key, hostID: hostID,
+                                                                                                                       poiID: "SIM-00000001", dateTime: time, nonce: nonce))]],
+                  dateTime: time)
+        }
+        let bonded = try bondLogin(key, at: dateTime, nonce: nonce)
+        let welcome = try exchange(t, bonded, at: &now).first
+        #expect(status(welcome)?.result == .success)
+        #expect(Pairing.matches(try Pairing.readerProof(linkKey: key, hostID: hostID, poiID: "SIM-00000001", nonce: nonce),
+                                welcome?.body["Ext"]?["Bond"]?["Proof"]?.string ?? ""))
+        // The same proof again is a replay; a stale time too; another key is a lost bond.
         t.hostDidDisconnect(now: now)
         t.hostDidConnect(now: now)
         #expect(status(try exchange(t, bonded, at: &now).first)?.value("reason") == "BondProofReplayed")
-        let stale = "2026-11-01T09:00:00Z", other = "FFEEDDCCBBAA99887766554433221100"
-        let old = login(ext: ["Bond": ["Nonce": .string(other), "Proof": .string(Pairing.proof(linkKey: key, hostID: "HOST-1", poiID: "SIM-00000001",
-                                                                                              dateTime: stale, nonce: other))]], dateTime: stale)
-        #expect(status(try exchange(t, old, at: &now).first)?.value("reason") == "BondProofReplayed")
-        // A proof under another key is a lost bond.
-        let wrong = login(ext: ["Bond": ["Nonce": .string(other), "Proof": .string(Pairing.proof(linkKey: [UInt8](repeating: 7, count: 16), hostID: "HOST-1",
-                                                                                                poiID: "SIM-00000001", dateTime: dateTime, nonce: other))]], dateTime: dateTime)
-        #expect(status(try exchange(t, wrong, at: &now).first)?.value("reason") == "PairingLost")
+        let other = "FFEEDDCCBBAA99887766554433221100"
+        #expect(status(try exchange(t, try bondLogin(key, at: "2026-11-01T09:00:00Z", nonce: other), at: &now).first)?.value("reason") == "BondProofReplayed")
+        #expect(status(try exchange(t, try bondLogin([UInt8](repeating: 7, count: 16), at: dateTime, nonce: other), at: &now).first)?.value("reason") == "PairingLost")
+    }
+
+    @Test func aNonceThatBreaksItsCommitmentEndsThePairing() throws {
+        let t = terminal()
+        var now = Instant.zero
+        t.hostDidConnect(now: now)
+        let host = try SecureBytes.random(32), hostPublic = try X25519.publicKey(privateKey: host)
+        let committed = try SecureBytes.random(16), other = try SecureBytes.random(16)
+        let paired = try exchange(t, login(ext: ["Pairing": ["HostPublicKey": .string(Hex.encode(hostPublic)),
+                                                             "Commitment": .string(try Pairing.commitment(hostPublicKey: hostPublic, hostNonce: committed))]],
+                                           dateTime: "2026-11-01T10:00:05Z"), at: &now)
+        #expect(status(paired.first)?.result == .success)
+        let revealed = try exchange(t, request(.admin, id: "2", body: ["ServiceIdentification": "PairingNonce", "Ext": ["HostNonce": .string(Hex.encode(other))]]), at: &now)
+        #expect(status(revealed.first)?.value("reason") == "PairingRejected")
+        #expect(t.control(["cmd": "status"], now: now)["passkey"] == .null && t.control(["cmd": "status"], now: now)["bonds"]?.integer == 0)
+        // A key that is not 32 bytes of hex is refused as such.
+        let bad = try exchange(t, login(ext: ["Pairing": ["HostPublicKey": "XYZ", "Commitment": .string(String(repeating: "0", count: 64))]],
+                                        dateTime: "2026-11-01T10:00:05Z"), at: &now)
+        #expect(status(bad.first)?.value("reason") == "PairingKeyInvalid")
     }
 }
