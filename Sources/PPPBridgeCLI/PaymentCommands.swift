@@ -80,7 +80,7 @@ struct ReaderOptions {
             guard let v = value(), PaymentRules.isLocationID(v) else { return .bad("--location takes [A-Za-z0-9_-]{1,64}") }
             location = v
         case "--environment":
-            guard let v = value() else { return .bad("--environment needs a name") }
+            guard let v = value(), ["des", "int", "ccal", "real"].contains(v) else { return .bad("--environment takes des, int, ccal or real") }
             environment = v
         case "--licence", "--license":
             guard let v = value() else { return .bad("--licence needs a value") }
@@ -336,11 +336,25 @@ struct PayCommand {
             case "-h", "--help":
                 output(PayCommand.usage)
                 return 0
-            case "--amount": amount = it.next()
-            case "--currency": currencyCode = it.next()
-            case "--auth" where refund: auth = it.next()
-            case "--transaction-id": transactionID = it.next()
-            case "--signature" where !refund: signature = it.next()
+            case "--amount", "--currency", "--transaction-id",
+                 "--auth" where refund,
+                 "--signature" where !refund:
+                guard let v = it.next() else {
+                    error("pppbridge \(name): \(a) needs a value")
+                    return PaymentStatus.usage
+                }
+                switch a {
+                case "--amount": amount = v
+                case "--currency": currencyCode = v
+                case "--transaction-id": transactionID = v
+                case "--auth":
+                    guard PaymentRules.isDigits(v, 6...6) || v.hasPrefix("OP-") else {
+                        error("pppbridge refund: --auth takes the 6-digit authorisation code or the OP- operation id")
+                        return PaymentStatus.usage
+                    }
+                    auth = v
+                default: signature = v
+                }
             case "--decline-signature" where !refund: declineSignature = true
             default:
                 error("pppbridge \(name): unknown option \(a) (see `pppbridge \(name) --help`)")

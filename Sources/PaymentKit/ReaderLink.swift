@@ -166,7 +166,10 @@ final class ReaderLink {
         if category == .login {
             serviceCounter = 0
             pending = [:]
+            // Nothing asked before a new login is answered after it.
+            let lost = unanswered.values
             unanswered = [:]
+            for f in lost { f() }
         }
         serviceCounter += 1
         let sid = String(serviceCounter)

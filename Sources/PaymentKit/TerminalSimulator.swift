@@ -140,7 +140,7 @@ public final class TerminalSimulator: @unchecked Sendable {
             core.powerOn(now: loop.now)
         }
         try t.start()
-        advertise()
+        advertise(force: true)
     }
 
     /// The advertisement as the terminal's state says now.
@@ -151,9 +151,15 @@ public final class TerminalSimulator: @unchecked Sendable {
                                 rssi: rssi, requiresPairing: c.requiresPairing, batteryLevel: c.battery, softwareVersion: c.softwareVersion)
     }
 
-    private func advertise() {
+    private var published: DiscoveredReader?
+
+    /// Publishes the advertisement when it changed (or the line is new).
+    private func advertise(force: Bool = false) {
         guard configuration.advertises, !stopped else { return }
-        ReaderLines.publish(advertisement)
+        let now = advertisement
+        guard force || now != published else { return }
+        published = now
+        ReaderLines.publish(now)
     }
 
     /// Goes down now; boots again after `restartAfter` (nil: stays down until `powerOn`).
