@@ -402,14 +402,18 @@ struct ChannelTests {
             try rig.replaceTerminal()
             _ = try await rig.open()
             try rig.channel.addBridge(.hostToTerminal, port: port)
-            if i % 50 == 0 {
+            if i % 10 == 0 {
                 let e = try #require(await Host.exchange(TCPEndpoint(IPv4Address(127, 0, 0, 1), port), [UInt8(i)]))
                 #expect(e.bytes == [UInt8(i)])
             }
             #expect(await rig.channel.close() == .closedByUs)
             await rig.terminal.stop()
         }
-        #expect(Host.openDescriptors() == before)
+        // The count is the whole process's, and other suites open and keep descriptors while
+        // this one runs: a leak here would be one per cycle (200) or per exchange (20), so a
+        // small difference is theirs, not ours.
+        let after = Host.openDescriptors()
+        #expect(after - before < 16, "\(before) descriptors before 200 cycles, \(after) after")
         #expect(rig.channel.status.opens == 201)
         try? FileManager.default.removeItem(atPath: rig.directory)
     }
