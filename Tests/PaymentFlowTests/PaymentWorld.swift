@@ -134,8 +134,9 @@ final class PaymentWorld: @unchecked Sendable {
         }
     }
 
-    /// Waits (bounded) until `condition` holds.
-    func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: () -> Bool) async -> Bool {
+    /// Waits (bounded) until `condition` holds. The bound is wide: while the VM suites hold the
+    /// test runner's threads, this task (or one it waits for) may not run for a minute.
+    func eventually(_ what: String, timeout: Duration = .seconds(150), _ condition: () -> Bool) async -> Bool {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
             if condition() { return true }
