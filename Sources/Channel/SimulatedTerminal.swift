@@ -148,6 +148,22 @@ public final class SimulatedTerminal: @unchecked Sendable {
         line.close()
     }
 
+    /// `stop` for code on the loop thread: LCP Terminate, then `whenDown` (on the loop) once the
+    /// link is down and the line closed.
+    public func close(whenDown: @escaping () -> Void) {
+        let finish: () -> Void = { [line] in
+            line.close()
+            whenDown()
+        }
+        if down != nil { return finish() }
+        let previous = session.onDown
+        session.onDown = { reason in
+            previous?(reason)
+            finish()
+        }
+        session.close(now: loop.now)
+    }
+
     /// Adds an application to the terminal's stack (it starts when the link is up). Loop thread.
     public func add(_ application: StackApplication) {
         attachment.add(application, now: loop.now)

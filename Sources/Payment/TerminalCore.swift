@@ -487,9 +487,12 @@ public final class TerminalCore: @unchecked Sendable {
     }
 
     func authorise(now: Instant) {
-        guard var t = transaction, let s = session ?? lastSession else { return }
+        guard transaction != nil, let s = session ?? lastSession else { return }
+        // The phase first, then the copy: the copy written back below keeps it (a card presented
+        // or a cancel pressed now finds the transaction authorizing, not waiting).
         phase(.authorizing, now: now)
         display("processing", "PROCESSING")
+        guard var t = transaction else { return }
         do {
             let keys = try security.nextTransaction()
             t.keys = keys

@@ -174,11 +174,8 @@ public final class TerminalSimulator: @unchecked Sendable {
             // what TCP still holds is sent and acknowledged first (for at most two seconds). The
             // next boot counts from the old link's end, so the two never share the core.
             whenFlushed(t, s, deadline: loop.now + .seconds(2)) { [weak self] in
-                Task.detached {
-                    await t.stop()
-                    guard let self else { return }
-                    self.loop.sync { self.scheduleBoot(after: restartAfter) }
-                }
+                // All on the loop: nothing here waits for a thread of the task pool.
+                t.close { self?.scheduleBoot(after: restartAfter) }
             }
         } else {
             t.hangUp()
