@@ -41,9 +41,14 @@ public struct IPStackConfiguration: Sendable, Equatable {
     public var timeToLive: UInt8 = 64
     /// ICMP errors we send per second at most (RFC 1122 §3.2.2).
     public var icmpErrorsPerSecond = 10
-    public var reassemblyMemory = 64 * 1024
-    public var reassemblyTimeout: Duration = .seconds(30)
+    /// Fragment reassembly's bounds: bytes held, datagrams pending in total and per source,
+    /// and how long a datagram may wait for its last hole.
+    public var reassembly = FragmentReassembly.Limits()
     public var maximumConnections = 4096
+    /// Connections a listening port holds at once (handshaking, waiting to be accepted or
+    /// accepted and still open); a SYN beyond them is refused with a reset. A listener may
+    /// set its own.
+    public var connectionsPerListener = 64
     /// Connections finished but not yet accepted, per listening port.
     public var listenBacklog = 128
     /// Datagrams queued per UDP port before new ones are dropped.
@@ -64,6 +69,8 @@ public struct StackCounters: Sendable, Equatable, CustomStringConvertible {
     public var datagramsReassembled = 0
     public var reassemblyTimeouts = 0
     public var reassemblyDrops = 0
+    /// The same drops by reason.
+    public var reassemblyDropReasons = FragmentReassembly.Drops()
     public var icmpReceived = 0
     public var icmpEchoRequests = 0
     public var icmpEchoReplies = 0
@@ -82,6 +89,8 @@ public struct StackCounters: Sendable, Equatable, CustomStringConvertible {
     public var tcpActiveOpens = 0
     public var tcpPassiveOpens = 0
     public var tcpListenDrops = 0
+    /// SYNs refused with a reset because their listening port held its limit of connections.
+    public var tcpListenRefused = 0
     /// Totals over every connection, closed ones included.
     public var tcp = TCPConnectionCounters()
 
@@ -89,7 +98,7 @@ public struct StackCounters: Sendable, Equatable, CustomStringConvertible {
 
     public var description: String {
         "ip in \(ipReceived) out \(ipSent) bad \(ipMalformed) cksum \(ipChecksumErrors) not-for-us \(ipNotForUs) "
-            + "frag in \(fragmentsReceived) reasm \(datagramsReassembled) timeout \(reassemblyTimeouts); "
+            + "frag in \(fragmentsReceived) reasm \(datagramsReassembled) timeout \(reassemblyTimeouts) dropped \(reassemblyDrops); "
             + "icmp in \(icmpReceived) echo \(icmpEchoRequests) errors-sent \(icmpErrorsSent) limited \(icmpRateLimited); "
             + "udp in \(udpReceived) out \(udpSent) no-port \(udpNoPort) cksum \(udpChecksumErrors); "
             + "tcp in \(tcp.segmentsReceived) out \(tcp.segmentsSent) retrans \(tcp.retransmittedSegments) "
@@ -130,6 +139,8 @@ public struct IPStack: Sendable {
     private var listeners: [UInt16: Listener] = [:]
     /// Passive connections not yet handed out, by id: the port they arrived on.
     private var pendingAccept: [ConnectionID: UInt16] = [:]
+    /// Passive connections, by id: the listening port they arrived on (for its limit).
+    private var origin: [ConnectionID: UInt16] = [:]
     /// Events of connections not yet accepted, delivered on `accept`.
     private var eventsBeforeAccept: [ConnectionID: [TCPEvent]] = [:]
     private var released: Set<ConnectionID> = []
@@ -151,17 +162,27 @@ public struct IPStack: Sendable {
     struct Listener: Sendable {
         var ready: [ConnectionID] = []
         var configuration: TCPConfiguration
+        var connectionLimit: Int
+        /// Every live connection that arrived on this port, accepted or not.
+        var live: Set<ConnectionID> = []
     }
 
-    public init(configuration: IPStackConfiguration, seed: UInt64) {
+    /// `random` supplies the stack's secrets: the RFC 6528 ISN key, the first ephemeral port
+    /// and IP identification. Production passes the CSPRNG (`Crypto.CSPRNG`); tests a seeded one.
+    public init(configuration: IPStackConfiguration, random: inout some RandomNumberGenerator) {
         self.configuration = configuration
-        reassembly = FragmentReassembly(memoryLimit: configuration.reassemblyMemory, timeout: configuration.reassemblyTimeout)
-        var rng = SplitMix64(seed: seed)
-        isnKey = SipHash24(key0: rng.next(), key1: rng.next())
-        nextEphemeralPort = 49152 + UInt16(rng.next() % 16384)
-        identification = UInt16(truncatingIfNeeded: rng.next())
+        reassembly = FragmentReassembly(limits: configuration.reassembly)
+        isnKey = SipHash24(key0: random.next(), key1: random.next())
+        nextEphemeralPort = 49152 + UInt16(truncatingIfNeeded: random.next() % 16384)
+        identification = UInt16(truncatingIfNeeded: random.next())
         icmpTokens = Double(configuration.icmpErrorsPerSecond)
         setMTU(configuration.mtu)
+    }
+
+    /// A stack whose secrets come from a seeded generator: for tests and simulations only.
+    public init(configuration: IPStackConfiguration, seed: UInt64) {
+        var random = SplitMix64(seed: seed)
+        self.init(configuration: configuration, random: &random)
     }
 
     public var address: IPv4Address { configuration.address }
@@ -177,6 +198,7 @@ public struct IPStack: Sendable {
         c.datagramsReassembled = reassembly.reassembled
         c.reassemblyTimeouts = reassembly.timedOut
         c.reassemblyDrops = reassembly.dropped
+        c.reassemblyDropReasons = reassembly.drops
         c.tcp = connections.values.reduce(closedConnections) { $0 + $1.counters }
         return c
     }
@@ -406,17 +428,24 @@ public struct IPStack: Sendable {
 // MARK: - TCP
 
 extension IPStack {
-    public mutating func listen(port: UInt16, configuration tcp: TCPConfiguration? = nil) throws(StackError) {
+    /// Accepts connections on `port`, at most `maximumConnections` at once (default
+    /// `IPStackConfiguration.connectionsPerListener`).
+    public mutating func listen(port: UInt16, configuration tcp: TCPConfiguration? = nil, maximumConnections: Int? = nil) throws(StackError) {
         guard listeners[port] == nil else { throw .portInUse(port) }
         var c = tcp ?? configuration.tcp
         c.maximumSegmentSize = configuration.tcp.maximumSegmentSize
-        listeners[port] = Listener(configuration: c)
+        listeners[port] = Listener(configuration: c, connectionLimit: max(maximumConnections ?? configuration.connectionsPerListener, 0))
     }
 
-    /// Stops accepting; connections already made live on.
+    /// Stops accepting. Connections not handed out yet, those still in their handshake
+    /// included, are reset: no one would ever read them. Accepted ones live on.
     public mutating func unlisten(port: UInt16) {
-        guard let l = listeners.removeValue(forKey: port) else { return }
-        for id in l.ready { pendingAccept[id] = nil; abort(id, now: nil) }
+        guard listeners.removeValue(forKey: port) != nil else { return }
+        for (id, p) in pendingAccept where p == port {
+            pendingAccept[id] = nil
+            eventsBeforeAccept[id] = nil
+            abort(id, now: nil)
+        }
     }
 
     public var listeningPorts: [UInt16] { listeners.keys.sorted() }
@@ -537,10 +566,15 @@ extension IPStack {
             connections[id]!.receive(h, payload: payload, now: now)
             return
         }
-        if h.flags.contains(.syn) && !h.flags.contains(.ack) && !h.flags.contains(.rst), let listener = listeners[h.destinationPort] {
-            let halfOpen = pendingAccept.values.filter { $0 == h.destinationPort }.count
-            guard halfOpen < configuration.listenBacklog, connections.count < configuration.maximumConnections else {
+        if h.flags.contains(.syn) && !h.flags.contains(.ack) && !h.flags.contains(.rst), var listener = listeners[h.destinationPort] {
+            let waiting = listener.live.count(where: { pendingAccept[$0] != nil })
+            guard waiting < configuration.listenBacklog, connections.count < configuration.maximumConnections else {
                 counterBase.tcpListenDrops += 1
+                return
+            }
+            guard listener.live.count < listener.connectionLimit else {
+                counterBase.tcpListenRefused += 1
+                sendReset(answering: h, payloadLength: payload.count, to: ip.source)
                 return
             }
             let local = TCPEndpoint(configuration.address, h.destinationPort)
@@ -548,21 +582,29 @@ extension IPStack {
                                      configuration: listener.configuration, syn: h, now: now)
             let id = register(conn)
             pendingAccept[id] = h.destinationPort
+            listener.live.insert(id)
+            listeners[h.destinationPort] = listener
+            origin[id] = h.destinationPort
             counterBase.tcpPassiveOpens += 1
             return
         }
         // RFC 9293 §3.10.7.1: a segment for no connection gets a reset.
         guard !h.flags.contains(.rst) else { return }
+        sendReset(answering: h, payloadLength: payload.count, to: ip.source)
+    }
+
+    /// RFC 9293 §3.10.7.1: the reset that answers `h`, which no connection takes.
+    private mutating func sendReset(answering h: TCPHeader, payloadLength: Int, to source: IPv4Address) {
         var reset = TCPHeader(sourcePort: h.destinationPort, destinationPort: h.sourcePort, sequenceNumber: 0, flags: [.rst], window: 0)
         if h.flags.contains(.ack) {
             reset.sequenceNumber = h.acknowledgmentNumber
         } else {
             reset.flags.insert(.ack)
-            let length = payload.count + (h.flags.contains(.syn) ? 1 : 0) + (h.flags.contains(.fin) ? 1 : 0)
-            reset.acknowledgmentNumber = h.sequenceNumber &+ UInt32(length)
+            let length = payloadLength + (h.flags.contains(.syn) ? 1 : 0) + (h.flags.contains(.fin) ? 1 : 0)
+            reset.acknowledgmentNumber = h.sequenceNumber &+ UInt32(truncatingIfNeeded: length)
         }
         counterBase.tcpResetsSent += 1
-        send(protocol: IPProtocol.tcp, to: ip.source, payload: reset.emit(source: configuration.address, destination: ip.source, payload: []))
+        send(protocol: IPProtocol.tcp, to: source, payload: reset.emit(source: configuration.address, destination: source, payload: []))
     }
 
     /// Moves every connection's segments and events out, and forgets finished connections.
@@ -602,6 +644,10 @@ extension IPStack {
             demux[FourTuple(localPort: conn.local.port, remote: conn.remote)] = nil
             if let port = pendingAccept.removeValue(forKey: id), var l = listeners[port] {
                 l.ready.removeAll { $0 == id }
+                listeners[port] = l
+            }
+            if let port = origin.removeValue(forKey: id), var l = listeners[port] {
+                l.live.remove(id)
                 listeners[port] = l
             }
             released.remove(id)

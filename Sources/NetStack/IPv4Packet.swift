@@ -91,20 +91,28 @@ public struct IPv4Header: Sendable, Equatable {
         InternetChecksum.finish(InternetChecksum.sum(headerBytes)) == 0
     }
 
-    /// The header bytes with a computed checksum.
+    /// The header bytes with a computed checksum. Fields that cannot be represented are
+    /// clamped, never trapped on: options beyond the 40 bytes an IHL can say are cut (and
+    /// padded to 4 bytes), a total length beyond 65535 says 65535, an offset stops at the 13 bits' largest.
+    /// Callers that build packets keep them within these bounds; this only keeps a mistake
+    /// from killing the process.
     public func emit() -> [UInt8] {
-        var h = [UInt8](repeating: 0, count: headerLength)
-        h[0] = 0x40 | UInt8(headerLength / 4)
+        var opts = Array(options.prefix(40))
+        while opts.count % 4 != 0 { opts.append(0) }
+        let length = 20 + opts.count
+        var h = [UInt8](repeating: 0, count: length)
+        h[0] = 0x40 | UInt8(truncatingIfNeeded: length / 4)
         h[1] = typeOfService
-        BigEndian.put(UInt16(totalLength), into: &h, at: 2)
+        BigEndian.put(UInt16(clamping: length + max(payloadLength, 0)), into: &h, at: 2)
         BigEndian.put(identification, into: &h, at: 4)
-        let ff = (dontFragment ? 0x4000 : 0) | (moreFragments ? 0x2000 : 0) | (fragmentOffset / 8)
-        BigEndian.put(UInt16(ff), into: &h, at: 6)
+        let offsetUnits = UInt16(min(max(fragmentOffset, 0) / 8, 0x1FFF))
+        let ff = (dontFragment ? 0x4000 : 0) | (moreFragments ? 0x2000 : 0) | offsetUnits
+        BigEndian.put(ff, into: &h, at: 6)
         h[8] = timeToLive
         h[9] = self.protocol
         h.replaceSubrange(12..<16, with: source.bytes)
         h.replaceSubrange(16..<20, with: destination.bytes)
-        h.replaceSubrange(20..<headerLength, with: options)
+        h.replaceSubrange(20..<length, with: opts)
         BigEndian.put(InternetChecksum.checksum(h), into: &h, at: 10)
         return h
     }

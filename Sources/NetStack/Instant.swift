@@ -1,5 +1,7 @@
 /// A point on a monotonic time line, as the sans-IO cores take it: callers pass `now`, tests
-/// pass virtual time. Nanoseconds from an arbitrary origin.
+/// pass virtual time. Nanoseconds from an arbitrary origin. Arithmetic saturates at the ends of
+/// the line (about ±292 years), so a timer value taken from a peer (a keep-alive, a user
+/// timeout, a control client's delay) can never trap: it only lands at the far end.
 public struct Instant: Sendable, Hashable, Comparable, CustomStringConvertible {
     public var nanoseconds: Int64
 
@@ -7,14 +9,14 @@ public struct Instant: Sendable, Hashable, Comparable, CustomStringConvertible {
 
     public static let zero = Instant(nanoseconds: 0)
 
-    public static func seconds(_ s: Double) -> Instant { Instant(nanoseconds: Int64(s * 1e9)) }
-    public static func milliseconds(_ ms: Int64) -> Instant { Instant(nanoseconds: ms * 1_000_000) }
+    public static func seconds(_ s: Double) -> Instant { Instant(nanoseconds: saturatingNanoseconds(s * 1e9)) }
+    public static func milliseconds(_ ms: Int64) -> Instant { Instant(nanoseconds: saturatingProduct(ms, 1_000_000)) }
 
     public static func < (a: Instant, b: Instant) -> Bool { a.nanoseconds < b.nanoseconds }
 
-    public static func + (a: Instant, d: Duration) -> Instant { Instant(nanoseconds: a.nanoseconds + d.nanoseconds) }
+    public static func + (a: Instant, d: Duration) -> Instant { Instant(nanoseconds: saturatingSum(a.nanoseconds, d.nanoseconds)) }
 
-    public static func - (a: Instant, b: Instant) -> Duration { .nanoseconds(a.nanoseconds - b.nanoseconds) }
+    public static func - (a: Instant, b: Instant) -> Duration { .nanoseconds(saturatingSum(a.nanoseconds, saturatingNegation(b.nanoseconds))) }
 
     public var description: String {
         let ms = nanoseconds / 1_000_000
@@ -24,11 +26,32 @@ public struct Instant: Sendable, Hashable, Comparable, CustomStringConvertible {
 }
 
 extension Duration {
-    /// Whole nanoseconds (saturating far outside any timer this project sets).
+    /// Whole nanoseconds, saturating at `Int64`'s ends.
     public var nanoseconds: Int64 {
         let (s, atto) = components
-        return s * 1_000_000_000 + atto / 1_000_000_000
+        return saturatingSum(saturatingProduct(s, 1_000_000_000), atto / 1_000_000_000)
     }
+}
+
+func saturatingSum(_ a: Int64, _ b: Int64) -> Int64 {
+    let (r, overflow) = a.addingReportingOverflow(b)
+    return overflow ? (b > 0 ? .max : .min) : r
+}
+
+func saturatingProduct(_ a: Int64, _ b: Int64) -> Int64 {
+    let (r, overflow) = a.multipliedReportingOverflow(by: b)
+    return overflow ? ((a < 0) != (b < 0) ? .min : .max) : r
+}
+
+func saturatingNegation(_ a: Int64) -> Int64 { a == .min ? .max : -a }
+
+/// A count of nanoseconds as a `Double` (from seconds given by a user or a peer), clamped to
+/// `Int64`; not-a-number is zero.
+func saturatingNanoseconds(_ x: Double) -> Int64 {
+    if x.isNaN { return 0 }
+    if x >= 9.2e18 { return .max }
+    if x <= -9.2e18 { return .min }
+    return Int64(x)
 }
 
 /// The earliest of optional deadlines.

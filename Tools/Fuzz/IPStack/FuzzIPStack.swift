@@ -42,7 +42,7 @@ public func fuzzIPStack(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         now = now + .milliseconds(1)
         if let p = stack.pollAt, p <= now { stack.poll(now: now) }
         let held = stack.reassemblyBytes
-        precondition(held.fragments <= configuration.reassemblyMemory, "reassembly over its limit")
+        precondition(held.fragments <= configuration.reassembly.memory, "reassembly over its limit")
         precondition(held.outOfOrder <= stack.connectionCount * configuration.tcp.receiveBufferSize, "out-of-order data over the window")
     }
     // Time runs out for everything held.
