@@ -14,6 +14,7 @@ let package = Package(
         .executable(name: "pppbridge-fuzz-packets", targets: ["FuzzPacketParsers"]),
         .executable(name: "pppbridge-fuzz-stack", targets: ["FuzzIPStack"]),
         .executable(name: "pppbridge-fuzz-messages", targets: ["FuzzPaymentMessages"]),
+        .executable(name: "pppbridge-fuzz-link", targets: ["FuzzLink"]),
     ],
     targets: [
         // System libraries from Debian (libpcap-dev, libssl-dev).
@@ -35,7 +36,7 @@ let package = Package(
         .target(name: "Payment", dependencies: ["Crypto", "NetStack"]),
 
         // The only layer that touches the OS: lines, the event loop, signals, captures.
-        .target(name: "Channel", dependencies: ["CSystem", "Framing", "PPP", "NetStack", "Capture"]),
+        .target(name: "Channel", dependencies: ["CSystem", "Framing", "PPP", "NetStack", "Capture", "Crypto"]),
 
         // The payment layer's programs: the terminal simulator, the gateway server, the host SDK.
         .target(name: "PaymentKit", dependencies: ["Payment", "Channel", "NetStack", "PPP", "Crypto"]),
@@ -56,9 +57,10 @@ let package = Package(
             path: "Tools/Bench"
         ),
 
-        .target(name: "FuzzSupport", path: "Tools/Fuzz/Support"),
+        .target(name: "FuzzSupport", dependencies: ["NetStack"], path: "Tools/Fuzz/Support"),
         .executableTarget(name: "FuzzIPStack", dependencies: ["NetStack", "FuzzSupport"], path: "Tools/Fuzz/IPStack"),
         .executableTarget(name: "FuzzPaymentMessages", dependencies: ["Payment", "FuzzSupport"], path: "Tools/Fuzz/PaymentMessages"),
+        .executableTarget(name: "FuzzLink", dependencies: ["Framing", "PPP", "NetStack", "FuzzSupport"], path: "Tools/Fuzz/Link"),
         .executableTarget(name: "FuzzStreamDecoder", dependencies: ["Framing", "FuzzSupport"], path: "Tools/Fuzz/StreamDecoder"),
         .executableTarget(
             name: "FuzzPacketParsers",

@@ -2,20 +2,27 @@
 # Builds the libFuzzer targets with `-sanitize=fuzzer,address` and runs each for a while.
 #
 #   Tools/fuzz.sh [SECONDS] [TARGET...]     (default: 60 s each, every target)
+#   FUZZ_RUNS=10000000 Tools/fuzz.sh 7200 stack   (a campaign: stops at that many executions,
+#                                                  or at the time limit, whichever comes first)
 #
 # Targets: stream (the RFC 1662 stream decoder), packets (the parsers behind `pppbridge decode`
 # and the SOCKS handshake parser),
 # stack (our IPv4/ICMP/UDP/TCP input path: parsers, reassembly, TCP state machine),
+# link (line bytes through the decoder, LCP, PAP/CHAP, IPCP, VJ into the stack: a whole link),
 # messages (the payment reader protocol's frame decoder, JSON parser and message envelope).
-# Seeds come from ../shared/traces. A crash leaves its input in fuzz-artifacts/ and fails the
-# script; replay it with the plain build: `swift run pppbridge-fuzz-stream fuzz-artifacts/crash-...`.
+# Seeds come from ../shared/traces, made-up sessions (Tools/fuzz_seeds.py) and the committed
+# regression inputs (Tools/Fuzz/regressions/TARGET, replayed by the tests). The stack and link
+# targets fix up checksums, so mutations reach the state machines; each run ends with a
+# `depth:` line (datagrams reassembled, TCP connections established, links opened, ...). A crash
+# leaves its input in fuzz-artifacts/ and fails the script; replay it with the plain build
+# (`swift run pppbridge-fuzz-stream fuzz-artifacts/crash-...`) and commit it as a regression input.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(stream packets stack messages)
+[ ${#targets[@]} -gt 0 ] || targets=(stream packets stack link messages)
 
 scratch=.build/fuzz
 traces=${PPPBRIDGE_TRACES:-../shared/traces}
@@ -30,11 +37,13 @@ for target in "${targets[@]}"; do
     rm -rf "$seeds"
     mkdir -p "$seeds" "$corpus"
     python3 Tools/fuzz_seeds.py "$target" "$traces" "$seeds"
+    [ ! -d "Tools/Fuzz/regressions/$target" ] || cp Tools/Fuzz/regressions/"$target"/* "$seeds"/
     echo "fuzzing $target for ${seconds}s ($(ls "$seeds" | wc -l) seeds)" >&2
     # The message decoder's budget is a count of executions (at least a million), not a time.
     budget=(-max_total_time="$seconds")
-    [ "$target" != messages ] || budget=(-runs="${FUZZ_MESSAGE_RUNS:-1000000}" -max_total_time=300)
+    [ -z "${FUZZ_RUNS:-}" ] || budget+=(-runs="$FUZZ_RUNS")
+    [ "$target" != messages ] || [ -n "${FUZZ_RUNS:-}" ] || budget=(-runs="${FUZZ_MESSAGE_RUNS:-1000000}" -max_total_time=300)
     "$scratch/release/$product" "${budget[@]}" -print_final_stats=1 -timeout=10 -max_len=2048 \
-        -artifact_prefix=fuzz-artifacts/ "$corpus" "$seeds" 2>&1 | grep -E "stat::number_of_executed_units|stat::peak_rss|Done|ERROR|SUMMARY|crash|deadly" || true
+        -artifact_prefix=fuzz-artifacts/ "$corpus" "$seeds" 2>&1 | grep -E "stat::number_of_executed_units|stat::peak_rss|Done|ERROR|SUMMARY|crash|deadly|^depth:" || true
     test "${PIPESTATUS[0]}" -eq 0
 done

@@ -6,7 +6,10 @@ stream:  4 setting bytes (FCS-16, ACCM 0 and 0xFFFFFFFF, MRU 1560, a chunk strid
 packets: each capture record's bytes, once for each of the target's four packet parsers, and
          SOCKS4/4a/5 handshakes (with and without a password) for the proxy's parser.
 messages: reader-protocol frames (the specification's message shapes), one and several per input.
-stack:   the IPv4 packets of each capture, eight at a time, each behind a 2-byte length.
+stack:   a flags byte, then the IPv4 packets of each capture, eight at a time, each behind a
+         2-byte length; and made-up exchanges (a TCP connection to port 80, fragments, UDP).
+link:    a flags byte, then PPP frames (protocol and information, each behind a 2-byte length):
+         a terminal's whole session (LCP, PAP or CHAP, IPCP, then the stack's exchanges).
 Only seeds are made here; the project's readers (libpcap, the record reader) are what is fuzzed.
 """
 import os
@@ -48,6 +51,66 @@ def pcap_records(data):
         i += 16 + caplen
 
 
+def checksum(data):
+    if len(data) % 2:
+        data += b"\x00"
+    s = sum(struct.unpack(f">{len(data) // 2}H", data))
+    while s > 0xFFFF:
+        s = (s & 0xFFFF) + (s >> 16)
+    return ~s & 0xFFFF
+
+
+def ip(proto, payload, src=b"\x0a\x00\x00\x02", dst=b"\x0a\x00\x00\x01", ident=7, offset=0, more=False, total=None):
+    """An IPv4 packet (the harnesses fix checksums again after mutation)."""
+    flags = (0x2000 if more else 0) | (offset // 8)
+    h = struct.pack(">BBHHHBBH4s4s", 0x45, 0, total or 20 + len(payload), ident, flags, 64, proto, 0, src, dst)
+    return h[:10] + struct.pack(">H", checksum(h)) + h[12:] + payload
+
+
+def tcp(sport, dport, seq, ack, flags, data=b"", options=b""):
+    off = (20 + len(options)) // 4
+    return struct.pack(">HHIIBBHHH", sport, dport, seq, ack, off << 4, flags, 65535, 0, 0) + options + data
+
+
+def made_up_exchanges():
+    """Packets from the terminal (10.0.0.2) to the stack (10.0.0.1) that reach deep states."""
+    syn = ip(6, tcp(40000, 80, 1000, 0, 0x02, options=b"\x02\x04\x05\xb4\x04\x02\x08\x0a\x00\x00\x00\x01\x00\x00\x00\x00\x01\x03\x03\x07"))
+    ack = ip(6, tcp(40000, 80, 1001, 0, 0x10))
+    data = ip(6, tcp(40000, 80, 1001, 0, 0x18, b"GET / HTTP/1.0\r\n\r\n"))
+    fin = ip(6, tcp(40000, 80, 1019, 0, 0x11))
+    udp = struct.pack(">HHHH", 5353, 53, 8 + 12, 0) + b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00"
+    frag_payload = struct.pack(">HHHH", 5353, 53, 8 + 40, 0) + bytes(range(40))
+    fragments = [ip(17, frag_payload[32:], ident=99, offset=32),
+                 ip(17, frag_payload[:16], ident=99, offset=0, more=True),
+                 ip(17, frag_payload[16:32], ident=99, offset=16, more=True)]
+    echo = ip(1, b"\x08\x00\x00\x00\x12\x34\x00\x01" + bytes(32))
+    return [[syn, ack, data, fin], [syn, ack, data, data, fin, ack], fragments, [ip(17, udp), echo], fragments + [syn, ack, data]]
+
+
+def lcp(code, ident, options=b"", proto=0xC021):
+    body = struct.pack(">BBH", code, ident, 4 + len(options)) + options
+    return struct.pack(">H", proto) + body
+
+
+def link_sessions():
+    """Whole sessions from the terminal's side: LCP, authentication, IPCP, then IP."""
+    frames = lambda fs: b"".join(len(f).to_bytes(2, "big") + f for f in fs)
+    lcp_req = lcp(1, 1, b"\x01\x04\x05\xdc\x02\x06\x00\x00\x00\x00\x05\x06\x12\x34\x56\x78\x07\x02\x08\x02")
+    lcp_ack = lcp(2, 1)  # the harness fills in our request's options
+    ipcp_req = lcp(1, 1, b"\x03\x06\x0a\x00\x00\x02\x02\x06\x00\x2d\x0f\x01", proto=0x8021)
+    ipcp_ack = lcp(2, 1, proto=0x8021)
+    pap = struct.pack(">H", 0xC023) + struct.pack(">BBHB", 1, 1, 4 + 1 + 8 + 1 + 6, 8) + b"terminal" + b"\x06secret"
+    echo = lcp(9, 2, b"\x12\x34\x56\x78hello")
+    ip_frames = [struct.pack(">H", 0x0021) + p for ex in made_up_exchanges() for p in ex]
+    sessions = [
+        b"\x02" + frames([lcp_req, lcp_ack, ipcp_req, ipcp_ack, echo] + ip_frames),
+        b"\x06" + frames([lcp_req, lcp_ack, pap, ipcp_req, ipcp_ack] + ip_frames[:6]),
+        b"\x0a" + frames([lcp_req, lcp_ack, ipcp_req, ipcp_ack]),
+        b"\x02" + frames([lcp_req, lcp_ack, lcp(5, 3, b"bye"), lcp(1, 4), ipcp_req]),
+    ]
+    return sessions
+
+
 def main():
     target, traces, out = sys.argv[1:4]
     count = 0
@@ -75,8 +138,17 @@ def main():
                     p = record[at:at + 1500]
                     packets.append(len(p).to_bytes(2, "big") + p)
             for start in range(0, len(packets), 8):
-                open(os.path.join(out, f"{name}-{start}"), "wb").write(b"".join(packets[start:start + 8]))
-                count += 1
+                for flags in (b"\x00", b"\x02"):
+                    open(os.path.join(out, f"{name}-{start}-{flags.hex()}"), "wb").write(flags + b"".join(packets[start:start + 8]))
+                    count += 1
+    if target == "stack":
+        for n, exchange in enumerate(made_up_exchanges()):
+            open(os.path.join(out, f"made-up-{n}"), "wb").write(b"\x02" + b"".join(len(p).to_bytes(2, "big") + p for p in exchange))
+            count += 1
+    if target == "link":
+        for n, session in enumerate(link_sessions()):
+            open(os.path.join(out, f"session-{n}"), "wb").write(session)
+            count += 1
     if target == "packets":
         # SOCKS handshakes for the proxy's parser (selector 4; selector 9, bit 3 set, adds a password).
         handshakes = [
