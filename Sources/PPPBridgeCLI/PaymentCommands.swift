@@ -160,10 +160,10 @@ final class ReaderSession: PaymentReaderDelegate, @unchecked Sendable {
             try await reader.connect(chosen, configuration: configuration)
         }
         if let info = reader.info {
-            say("reader: \(info.serialNumber), software \(info.softwareVersion), battery \(info.batteryLevel ?? "?"), location \(info.locationID)"
+            say("reader: \(shown(info.serialNumber)), software \(shown(info.softwareVersion)), battery \(shown(info.batteryLevel ?? "?")), location \(shown(info.locationID))"
                 + (info.transactionsRemaining.map { ", \($0) transactions left on its key" } ?? ""))
             if let u = info.availableUpdate {
-                say("reader: update \(u.deviceSoftwareVersion) available (\(u.size) B\(u.requiredAt.map { ", required from \($0)" } ?? ""))")
+                say("reader: update \(shown(u.deviceSoftwareVersion)) available (\(u.size) B\(u.requiredAt.map { ", required from \($0)" } ?? ""))")
             }
         }
     }
@@ -204,11 +204,11 @@ final class ReaderSession: PaymentReaderDelegate, @unchecked Sendable {
     func reader(_ reader: PaymentReader, didChangeState state: PaymentState) { say("state: \(state)") }
     func reader(_ reader: PaymentReader, didReport event: ReaderEvent) {
         switch event {
-        case let .display(_, text): say("reader shows: \(text)")
-        case let .phase(p): say("phase: \(p)")
+        case let .display(_, text): say("reader shows: \(shown(text))")
+        case let .phase(p): say("phase: \(shown(p))")
         case .cardInserted: say("reader: card inserted")
         case .cardRemoved: say("reader: card removed")
-        case let .receipt(lines): for l in lines { say("receipt: \(l)") }
+        case let .receipt(lines): for l in lines { say("receipt: \(shown(l))") }
         case .notification: break
         }
     }
@@ -235,7 +235,8 @@ final class ReaderSession: PaymentReaderDelegate, @unchecked Sendable {
         say("update: installing \(update.deviceSoftwareVersion) (\(update.durationEstimate))")
     }
     func reader(_ reader: PaymentReader, didReportReaderSoftwareUpdateProgress progress: Float) {
-        let percent = Int(progress * 100)
+        // The reader's number: only a finite fraction in 0...1 becomes a percentage.
+        let percent = progress.isFinite ? Int(min(1, max(0, progress)) * 100) : 0
         guard percent / 10 > lastProgress.get() / 10 || percent == 100 && lastProgress.get() != 100 else { return }
         lastProgress.set(percent)
         say("update: \(percent)%")
@@ -267,12 +268,16 @@ enum PaymentStatus {
     static let unreachable: Int32 = 3
 }
 
+/// What the reader said, as it may reach a person's terminal: escaped (no control sequences)
+/// and cut short.
+func shown(_ s: String) -> String { PeerText.escaped(s, limit: 256) }
+
 func describe(_ o: PaymentOutcome) -> String {
     var s = "\(o.result) \(o.currency.format(o.amountMinor)) \(o.currency.code)"
-    if let a = o.approvalCode, !a.isEmpty { s += ", authorisation code \(a)" }
-    if let op = o.operationID { s += ", operation \(op)" }
-    s += ", response \(o.responseCode)"
-    if let pan = o.maskedPAN { s += ", card \(pan)" }
+    if let a = o.approvalCode, !a.isEmpty { s += ", authorisation code \(shown(a))" }
+    if let op = o.operationID { s += ", operation \(shown(op))" }
+    s += ", response \(shown(o.responseCode))"
+    if let pan = o.maskedPAN { s += ", card \(shown(pan))" }
     if o.authenticatedByPin { s += ", PIN verified" }
     if o.signatureRequired { s += ", signature" }
     if o.recovered { s += " (recovered after a reconnect)" }

@@ -18,11 +18,11 @@ enum PaymentDemo {
         init(say: @escaping (String) -> Void) { self.say = say }
         func reader(_ reader: PaymentReader, didChangeState state: PaymentState) { states.set(states.get() + ["\(state)"]) }
         func reader(_ reader: PaymentReader, didReport event: ReaderEvent) {
-            if case let .display(_, text) = event { say("  reader shows: \(text)") }
+            if case let .display(_, text) = event { say("  reader shows: \(shown(text))") }
         }
         func reader(_ reader: PaymentReader, didUpdateDiscoveredReaders readers: [DiscoveredReader]) {
             guard let r = readers.first else { return }
-            say("  found: \(r.serialNumber), \(r.rssi.map { "\($0) dBm" } ?? "wired")\(r.batteryLevel.map { ", battery \(Int(($0 * 100).rounded()))%" } ?? " (serial only)")")
+            say("  found: \(r.serialNumber), \(r.rssi.map { "\($0) dBm" } ?? "wired")\(r.batteryPercent.map { ", battery \($0)%" } ?? " (serial only)")")
             reports.set(reports.get() + 1)
             // Proximity's second report (with the battery, when the reader tells it) is the one.
             if reports.get() >= 2 { found.set(r) }

@@ -75,7 +75,7 @@ struct GatewayCommand {
                 guard let v = it.next(), let n = UInt16(v) else { error("pppbridge gateway: --port takes a port"); return 2 }
                 port = n
             case "--offer-update":
-                guard let v = it.next() else { error("pppbridge gateway: --offer-update needs a version"); return 2 }
+                guard let v = it.next(), UpdateOffer.isVersion(v) else { error("pppbridge gateway: --offer-update needs a version of dotted digits"); return 2 }
                 version = v
             case "--required": required = true
             case "--update-size":
@@ -116,9 +116,9 @@ struct GatewayCommand {
             server = s
             out("gateway: listening on \(s.endpoint!)")
         }, tick: {
-            guard let log = server?.log, log.count > printed else { return }
-            for line in log[printed...] { out("gateway: \(line)") }
-            printed = log.count
+            guard let log = server?.journal, log.total > printed else { return }
+            for line in log.after(printed) { out("gateway: \(line)") }
+            printed = log.total
         }, stop: {
             server?.stop()
         })
@@ -252,10 +252,10 @@ struct TerminalCommand {
             if card != nil { pad = try TerminalControl(port: s.controlEndpoint!.port) }
         }, tick: {
             guard let s = simulator else { return }
-            let journal = s.loop.sync { s.core.journal }
-            if journal.count > printed {
-                for line in journal[printed...] { out("terminal: \(line)") }
-                printed = journal.count
+            let journal = s.loop.sync { s.core.trace }
+            if journal.total > printed {
+                for line in journal.after(printed) { out("terminal: \(line)") }
+                printed = journal.total
             }
             // The unattended card: presented when a payment waits for one.
             if let pad, let card, (try? pad.send(["cmd": "status"]))?["phase"]?.string == "WaitingForCard" {

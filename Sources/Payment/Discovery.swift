@@ -30,6 +30,12 @@ public struct DiscoveredReader: Sendable, Equatable, CustomStringConvertible {
         self.softwareVersion = softwareVersion
     }
 
+    /// The battery level in whole percent (a level outside 0...1 is clamped into it, NaN reads
+    /// as 0).
+    public var batteryPercent: Int? {
+        batteryLevel.map { Int((($0.isNaN ? 0 : min(1, max(0, $0))) * 100).rounded()) }
+    }
+
     /// Signal strength for ranking: a wired line counts as 0 dBm.
     public var strength: Int { rssi ?? 0 }
 
@@ -45,11 +51,8 @@ public struct DiscoveredReader: Sendable, Equatable, CustomStringConvertible {
     public init?(advert: JSONValue, path: String) {
         guard let uuid = advert["PeripheralUUID"]?.string, DiscoveredReader.isUUID(uuid),
               let serial = advert["SerialNumber"]?.string, !serial.isEmpty else { return nil }
-        let battery: Double? = {
-            if case .number(let t)? = advert["BatteryLevel"] { return Double(t) }
-            if let i = advert["BatteryLevel"]?.integer { return Double(i) }
-            return nil
-        }()
+        // A level outside 0...1 (or not finite) is no level: it would be printed as a percentage.
+        let battery = PaymentRules.fraction(advert["BatteryLevel"])
         self.init(path: path, peripheralUUID: uuid.uppercased(), name: advert["Name"]?.string ?? serial, serialNumber: serial,
                   deviceType: advert["DeviceType"]?.string ?? "simTelium", rssi: advert["RSSI"]?.integer.map { Int($0) },
                   requiresPairing: advert["RequiresPairing"]?.bool ?? false, batteryLevel: battery,
@@ -69,7 +72,7 @@ public struct DiscoveredReader: Sendable, Equatable, CustomStringConvertible {
 
     public var description: String {
         "\(serialNumber) (\(name), \(peripheralUUID), \(rssi.map { "\($0) dBm" } ?? "wired")"
-            + (batteryLevel.map { ", battery \(Int(($0 * 100).rounded()))%" } ?? "") + (requiresPairing ? ", pairing" : "") + ") at \(path)"
+            + (batteryPercent.map { ", battery \($0)%" } ?? "") + (requiresPairing ? ", pairing" : "") + ") at \(path)"
     }
 
     /// 8-4-4-4-12 hex digits.

@@ -1,4 +1,5 @@
 import Crypto
+import NetStack
 
 /// The acquirer side (specification §3, §4.10), sans-IO: one JSON request in, one JSON answer out
 /// (or none). It holds the BDKs; for each Authorise it selects the BDK by the KSN's BDK ID,
@@ -42,20 +43,41 @@ public final class GatewayCore: @unchecked Sendable {
     }
 
     public var configuration: Configuration
-    private var initialKeys: [String: [UInt8]] = [:]
+    /// Initial keys derived so far, by initial key ID: only for requests whose MAC verified (an
+    /// unauthenticated request with a made-up key ID must not take a place), and at most 1024.
+    private(set) var initialKeys = RecentMap<String, [UInt8]>(capacity: 1024)
     private var lastCounter: [String: UInt32] = [:]
     private var operations: [String: Operation] = [:]
     private var approvalSequence: [String: Int] = [:]
     private var operationSequence = 0
-    private var sessions: [String: WallTime] = [:]
-    /// What happened, one line per request (no card data, no keys).
-    public private(set) var log: [String] = []
+    /// Merchant sessions by token: expired ones are pruned at each login, and at most 1024 live.
+    private(set) var sessions = RecentMap<String, WallTime>(capacity: 1024)
+    /// What happened, one line per request (no card data, no keys; peer text escaped): the most
+    /// recent 1000 lines, and how many there were.
+    public private(set) var journal = RecentLines()
+    /// Answers that would not fit in a frame, replaced by an error.
+    public private(set) var oversizeAnswers = 0
+
+    public var log: [String] { journal.lines }
 
     public init(configuration: Configuration) { self.configuration = configuration }
 
+    /// Peer text as it may appear in a log line or an error reason: escaped and cut short.
+    static func quoted(_ s: String) -> String { PeerText.escaped(s, limit: 64) }
+
     public func handle(_ payload: [UInt8], now: WallTime) -> [UInt8]? {
+        guard let answer = answer(payload, now: now) else { return nil }
+        let bytes = answer.serialized
+        guard PaymentFrame.fits(bytes) else {
+            oversizeAnswers += 1
+            return error("2012", "answer too large for a frame", type: answer["Type"]?.string ?? "Error").serialized
+        }
+        return bytes
+    }
+
+    func answer(_ payload: [UInt8], now: WallTime) -> JSONValue? {
         guard let request = try? JSONParser.parse(payload), let type = request["Type"]?.string else {
-            return error("2012", "not a gateway request").serialized
+            return error("2012", "not a gateway request")
         }
         let answer: JSONValue?
         switch type {
@@ -66,13 +88,13 @@ public final class GatewayCore: @unchecked Sendable {
         case "Ping": answer = ["Type": "Pong"]
         case "UpdateCheck": answer = updateCheck(request)
         case "UpdateChunk": answer = updateChunk(request)
-        default: answer = error("2012", "unknown request type \(type)")
+        default: answer = error("2012", "unknown request type \(GatewayCore.quoted(type))")
         }
-        return answer?.serialized
+        return answer
     }
 
     func error(_ code: String, _ reason: String, type: String = "Error") -> JSONValue {
-        log.append("\(type) error \(code): \(reason)")
+        journal.append("\(type) error \(code): \(reason)")
         return ["Type": .string(type), "Result": "error", "Error": .string(code), "Reason": .string(reason)]
     }
 
@@ -90,8 +112,9 @@ public final class GatewayCore: @unchecked Sendable {
         }
         let token = Hex.encode((try? SecureBytes.random(16)) ?? [])
         let expires = now.adding(configuration.sessionLifetime)
-        sessions[token] = expires
-        log.append("Login \(user) ok")
+        sessions.remove { $1 <= now }
+        sessions.insert(token, expires)
+        journal.append("Login \(GatewayCore.quoted(user)) ok")
         return ["Type": "LoginResult", "Result": "ok", "SessionToken": .string(token), "MerchantID": .string(configuration.merchantID),
                 "TerminalID": .string(configuration.terminalID), "Currencies": .array(configuration.currencies.map { .string($0) }),
                 "ExpiresAt": .string(expires.description)]
@@ -101,6 +124,7 @@ public final class GatewayCore: @unchecked Sendable {
 
     struct Keys {
         var ksn: AESKSN
+        var initialKey: [UInt8]
         var macGeneration: [UInt8]
         var macVerification: [UInt8]
         var transaction: [UInt8]
@@ -115,13 +139,9 @@ public final class GatewayCore: @unchecked Sendable {
         guard AESKSN.isValid(counter: ksn.counter) else { throw .invalidCounter }
         let ikid = Hex.encode(ksn.initialKeyID)
         do {
-            let ik: [UInt8]
-            if let cached = initialKeys[ikid] { ik = cached } else {
-                ik = try AESDUKPT.initialKey(bdk: bdk, initialKeyID: ksn.initialKeyID)
-                initialKeys[ikid] = ik
-            }
+            let ik = try initialKeys[ikid] ?? AESDUKPT.initialKey(bdk: bdk, initialKeyID: ksn.initialKeyID)
             let txn = try AESDUKPT.transactionKey(initialKey: ik, ksn: ksn)
-            return Keys(ksn: ksn,
+            return Keys(ksn: ksn, initialKey: ik,
                         macGeneration: try AESDUKPT.workingKey(transactionKey: txn, usage: .macGeneration, keyType: .aes128, ksn: ksn),
                         macVerification: try AESDUKPT.workingKey(transactionKey: txn, usage: .macVerification, keyType: .aes128, ksn: ksn),
                         transaction: txn)
@@ -151,6 +171,7 @@ public final class GatewayCore: @unchecked Sendable {
             return .failure(Refusal(code: "4001", reason: "\(type) MAC does not verify"))
         }
         lastCounter[ikid] = keys.ksn.counter
+        initialKeys.insert(ikid, keys.initialKey)
         return .success(keys)
     }
 
@@ -220,10 +241,10 @@ public final class GatewayCore: @unchecked Sendable {
                 id = byCode.key
             }
             guard let op = operations[id], op.approved, !op.refund else {
-                return error("3008", "original operation \(id) not found", type: "AuthoriseResult")
+                return error("3008", "original operation \(GatewayCore.quoted(id)) not found", type: "AuthoriseResult")
             }
             guard op.currency == currency, amount <= op.amount - op.refunded, !op.reversed else {
-                return error("3007", "refund exceeds what remains of \(id)", type: "AuthoriseResult")
+                return error("3007", "refund exceeds what remains of \(GatewayCore.quoted(id))", type: "AuthoriseResult")
             }
             original = id
         } else if card == nil {
@@ -233,7 +254,7 @@ public final class GatewayCore: @unchecked Sendable {
         case 5 where paymentType == "Normal": result = "declined"; responseCode = "05"
         case 51 where paymentType == "Normal": result = "declined"; responseCode = "51"
         case 91:
-            log.append("Authorise \(field("TransactionID")) withheld (rule: amount % 100 == 91)")
+            journal.append("Authorise \(GatewayCore.quoted(field("TransactionID"))) withheld (rule: amount % 100 == 91)")
             return nil
         default: break
         }
@@ -251,7 +272,7 @@ public final class GatewayCore: @unchecked Sendable {
                                             currency: currency, approved: result == "approved",
                                             signatureRequired: signatureRequired && result == "approved", refund: paymentType == "Refund",
                                             approvalCode: approval)
-        log.append("Authorise \(field("TransactionID")) \(paymentType) \(amount) \(currency) → \(result) \(responseCode) \(operationID)")
+        journal.append("Authorise \(GatewayCore.quoted(field("TransactionID"))) \(GatewayCore.quoted(paymentType)) \(amount) \(GatewayCore.quoted(currency)) → \(result) \(responseCode) \(operationID)")
         let answer: JSONValue = [
             "Type": "AuthoriseResult", "OperationID": .string(operationID), "Result": .string(result),
             "ResponseCode": .string(responseCode), "ApprovalCode": .string(approval), "AuthenticatedByPin": .bool(byPIN),
@@ -277,10 +298,10 @@ public final class GatewayCore: @unchecked Sendable {
             op.reversed = true
             operations[id] = op
             answer = answer.setting("Result", "ok").setting("ReversedAmountMinor", .integer(op.amount))
-            log.append("Reverse \(id) ok")
+            journal.append("Reverse \(GatewayCore.quoted(id)) ok")
         } else {
             answer = answer.setting("Result", "error").setting("Error", operations[id] == nil ? "3008" : "3007")
-            log.append("Reverse \(id) refused")
+            journal.append("Reverse \(GatewayCore.quoted(id)) refused")
         }
         return mac(answer, GatewayCanonical.reverseResult(answer), key: keys.macVerification)
     }
@@ -291,7 +312,7 @@ public final class GatewayCore: @unchecked Sendable {
         }
         let id = r["OperationID"]?.string ?? ""
         guard var op = operations[id], op.approved, op.signatureRequired, !op.signed, !op.reversed else {
-            return error("3008", "operation \(id) takes no signature", type: "SignatureResult")
+            return error("3008", "operation \(GatewayCore.quoted(id)) takes no signature", type: "SignatureResult")
         }
         guard let format = r["ImageFormat"]?.integer, let image = r["Image"]?.string.flatMap(Base64.decode),
               SignatureImage.isValid(image, format: Int(format)),
@@ -300,7 +321,7 @@ public final class GatewayCore: @unchecked Sendable {
         }
         op.signed = true
         operations[id] = op
-        log.append("Signature \(id) ok (\(image.count) bytes, format \(format))")
+        journal.append("Signature \(GatewayCore.quoted(id)) ok (\(image.count) bytes, format \(format))")
         return ["Type": "SignatureResult", "Result": "ok", "OperationID": .string(id)]
     }
 

@@ -71,12 +71,23 @@ public struct UpdateOffer: Sendable, Equatable {
     public init?(json: JSONValue?) {
         guard let json, let v = json["Version"]?.string, let size = json["Size"]?.integer, let sha = json["SHA256"]?.string,
               let sig = json["Signature"]?.string else { return nil }
+        // The version is shown and repeated to the host: dotted digits, short; the size whole.
+        // Every field is shown or repeated to the host (the login answer carries the offer):
+        // only their own forms, so none can carry text of the gateway's choosing.
+        let duration = json["DurationEstimate"]?.string ?? "lessThanOneMinute"
+        guard UpdateOffer.isVersion(v), size >= 0, sha.utf8.count == 64, Hex.decode(sha) != nil, sig.utf8.count == 128, Hex.decode(sig) != nil,
+              (1...32).contains(duration.utf8.count), duration.utf8.allSatisfy({ PaymentRules.isLetter($0) }) else { return nil }
         version = v
         self.size = Int(size)
         sha256 = sha
         signature = sig
-        durationEstimate = json["DurationEstimate"]?.string ?? "lessThanOneMinute"
+        durationEstimate = duration
         requiredAt = json["RequiredAt"]?.string.flatMap { WallTime(rfc3339: $0) }
+    }
+
+    /// A software version: dotted digits ("1.10.0"), at most 32 bytes.
+    public static func isVersion(_ v: String) -> Bool {
+        (1...32).contains(v.utf8.count) && v.utf8.allSatisfy { ($0 >= 0x30 && $0 <= 0x39) || $0 == 0x2E }
     }
 
     /// Whether `image` is this update: its size, its SHA-256, and the signature under `publicKey`.

@@ -1,3 +1,5 @@
+import NetStack
+
 /// A JSON value as the reader protocol uses it. Numbers are kept as written: integers exactly
 /// (`Int64`), anything with a fraction or exponent only as text, so an amount can never pass
 /// through floating point. Object members keep their order.
@@ -173,7 +175,8 @@ public struct JSONParser {
             skipSpace()
             guard at < bytes.count, bytes[at] == 0x22 else { throw fail("expected a member name") }
             let key = try string()
-            guard keys.insert(key).inserted else { throw fail("duplicate member \"\(key)\"") }
+            // The name is the peer's: the error (repeated to it, and logged) carries a short, escaped copy.
+            guard keys.insert(key).inserted else { throw fail("duplicate member \"\(PeerText.escaped(key, limit: 32))\"") }
             skipSpace()
             guard at < bytes.count, bytes[at] == 0x3A else { throw fail("expected ':'") }
             at += 1

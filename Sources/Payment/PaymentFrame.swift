@@ -3,13 +3,21 @@
 public enum PaymentFrame {
     public static let maximumLength = 1_048_576
 
-    public static func encode(_ payload: [UInt8]) -> [UInt8] {
-        precondition(!payload.isEmpty && payload.count <= maximumLength, "frame payload of \(payload.count) bytes")
+    /// The frame carrying `payload`. A payload the receiver would have to close the connection
+    /// for (empty, or above 1 MiB) is refused: a reply that copies a peer's text can outgrow its
+    /// request (JSON escaping turns one byte into six), so the caller drops it, counts it and
+    /// answers with an error instead.
+    public static func encode(_ payload: [UInt8]) throws(FrameError) -> [UInt8] {
+        guard !payload.isEmpty else { throw .emptyFrame }
+        guard payload.count <= maximumLength else { throw .oversizeFrame(UInt32(clamping: payload.count)) }
         let n = UInt32(payload.count)
         return [UInt8(n >> 24), UInt8(n >> 16 & 0xFF), UInt8(n >> 8 & 0xFF), UInt8(n & 0xFF)] + payload
     }
 
-    public static func encode(_ value: JSONValue) -> [UInt8] { encode(value.serialized) }
+    public static func encode(_ value: JSONValue) throws(FrameError) -> [UInt8] { try encode(value.serialized) }
+
+    /// Whether `payload` fits in one frame.
+    public static func fits(_ payload: [UInt8]) -> Bool { (1...maximumLength).contains(payload.count) }
 }
 
 public enum FrameError: Error, Equatable, Sendable, CustomStringConvertible {

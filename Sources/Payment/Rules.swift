@@ -15,6 +15,18 @@ public enum PaymentRules {
         return c.dropFirst(4).allSatisfy { isDigit($0) || isLetter($0) }
     }
 
+    /// A fraction (a battery level, a progress) as a JSON number: finite and in 0...1, else nil.
+    public static func fraction(_ v: JSONValue?) -> Double? {
+        let d: Double?
+        switch v {
+        case .integer(let i)?: d = Double(i)
+        case .number(let t)?: d = Double(t)
+        default: d = nil
+        }
+        guard let d, d.isFinite, (0...1).contains(d) else { return nil }
+        return d
+    }
+
     /// `count` decimal digits in `range`.
     public static func isDigits(_ s: String, _ range: ClosedRange<Int>) -> Bool {
         range.contains(s.utf8.count) && s.utf8.allSatisfy(isDigit)

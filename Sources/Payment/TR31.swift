@@ -72,12 +72,18 @@ public enum TR31 {
         let c = Array(block.utf8)
         guard c.count >= 16, c.allSatisfy({ $0 >= 0x20 && $0 < 0x7F }) else { throw TR31Error.malformed("shorter than a header") }
         func s(_ a: Int, _ b: Int) -> String { String(decoding: c[a..<b], as: UTF8.self) }
-        guard let total = Int(s(1, 5)), total == c.count else { throw TR31Error.malformed("length field does not match") }
-        guard let count = Int(s(12, 14)) else { throw TR31Error.malformed("optional block count") }
+        // Numeric fields are digits only (ANSI X9.143 §6.2): `Int` alone would take a sign, and a
+        // count of "-1" would make an empty range of blocks trap.
+        func number(_ a: Int, _ b: Int, radix: Int = 10) -> Int? {
+            guard c[a..<b].allSatisfy({ Hex.nibbleValue($0).map { Int($0) < radix } ?? false }) else { return nil }
+            return Int(s(a, b), radix: radix)
+        }
+        guard let total = number(1, 5), total == c.count else { throw TR31Error.malformed("length field does not match") }
+        guard let count = number(12, 14) else { throw TR31Error.malformed("optional block count") }
         var blocks = [TR31Header.OptionalBlock]()
         var at = 16
         for _ in 0..<count {
-            guard at + 4 <= c.count, let length = Int(s(at + 2, at + 4), radix: 16), length >= 4,
+            guard at + 4 <= c.count, let length = number(at + 2, at + 4, radix: 16), length >= 4,
                   at + length <= c.count else { throw TR31Error.malformed("optional block") }
             blocks.append(.init(id: s(at, at + 2), data: s(at + 4, at + length)))
             at += length

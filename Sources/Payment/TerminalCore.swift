@@ -41,8 +41,13 @@ public final class TerminalCore: @unchecked Sendable {
     public var configuration: Configuration
     public var security: TerminalSecurity
     public private(set) var outputs: [Output] = []
-    /// Human-readable trace of what the terminal did (no card data).
-    public private(set) var journal: [String] = []
+    /// Human-readable trace of what the terminal did (no card data; peer text escaped): the most
+    /// recent 1000 lines, and how many there were.
+    public private(set) var trace = RecentLines()
+    public var journal: [String] { trace.lines }
+    /// Messages for the host that would not fit in a frame: dropped (a service request gets a
+    /// MessageFormat failure instead).
+    public private(set) var oversizeMessages = 0
 
     private let startInstant: Instant
     private var wallOffset: Int64
@@ -52,14 +57,17 @@ public final class TerminalCore: @unchecked Sendable {
     private var admin: AdminOperation?
     private var deviceCounter = 0
     private var results: [StoredResult] = []
-    /// Bonded hosts (by SaleID) and their link keys.
-    private var bonds: [String: [UInt8]] = [:]
+    /// Bonded hosts (by host ID) and their link keys: at most 64, the oldest bond forgotten first
+    /// (every host that pairs takes a place).
+    private var bonds = RecentMap<String, [UInt8]>(capacity: 64)
     /// Nonces of recent bond proofs (a replayed login is refused).
     private var bondNonces: [String] = []
     /// The passkey on the terminal's display while a pairing waits for confirmation.
     private var shownPasskey: String? { session?.pairing?.passkey }
     private var operations: [String: ApprovedOperation] = [:]
-    private var transactionIDs: Set<String> = []
+    /// Merchant, day and transaction ID of recent payments (unique per merchant and day): the
+    /// most recent 4096.
+    private var transactionIDs = RecentMap<String, Bool>(capacity: 4096)
     private var gatewayQueue: [GatewayRequest] = []
     private var gatewayInFlight: GatewayRequest?
     private var gatewayDeadline: Instant?
@@ -95,7 +103,8 @@ public final class TerminalCore: @unchecked Sendable {
         var terminalID: String
         var environment: String
         var locationID: String
-        var usedServiceIDs: Set<String> = []
+        /// ServiceIDs seen in this session (unique per session): the most recent 1024.
+        var usedServiceIDs = RecentMap<String, Bool>(capacity: 1024)
         /// A pairing awaiting the host's nonce and confirmation: nothing but those (or logout)
         /// is allowed.
         var pairing: PendingPairing?
@@ -267,7 +276,20 @@ public final class TerminalCore: @unchecked Sendable {
 
     func send(_ message: PaymentMessage) {
         guard hostConnected else { return }
-        outputs.append(.host(message.encoded))
+        let payload = message.encoded
+        guard PaymentFrame.fits(payload) else {
+            // What the host sent came back too large to frame (copied peer text, re-escaped):
+            // dropped, and a service request is told so.
+            oversizeMessages += 1
+            record("\(message.bodyName) of \(payload.count) bytes does not fit in a frame: dropped")
+            let h = message.header
+            if h.messageClass == .service, h.type == .response {
+                let status = PaymentResponseStatus.failure(.messageFormat, [("reason", "ResponseTooLarge")])
+                outputs.append(.host(PaymentMessage(direction: .response, header: h, body: ["Response": status.json]).encoded))
+            }
+            return
+        }
+        outputs.append(.host(payload))
     }
 
     func fail(_ h: PaymentMessage.Header, _ condition: PaymentResponseStatus.ErrorCondition, _ extra: [(String, String)] = []) {
@@ -275,7 +297,16 @@ public final class TerminalCore: @unchecked Sendable {
         respond(h, body: ["Response": PaymentResponseStatus.failure(condition, extra).json])
     }
 
-    func record(_ line: String) { journal.append(line) }
+    func record(_ line: String) { trace.append(line) }
+
+    /// A peer's free text (an abort or reversal reason) as the terminal keeps and repeats it:
+    /// escaped and at most 64 bytes of it.
+    static func peerReason(_ s: String) -> String { PeerText.escaped(s, limit: 64) }
+
+    /// A gateway error code: four digits, or nothing (it is repeated to the host).
+    static func gatewayCode(_ r: JSONValue) -> String {
+        r["Error"]?.string.flatMap { PaymentRules.isDigits($0, 4...4) ? $0 : nil } ?? ""
+    }
 
     func deviceRequest(_ category: PaymentMessage.Category, body: JSONValue) {
         deviceCounter += 1
@@ -346,6 +377,10 @@ public final class TerminalCore: @unchecked Sendable {
         s.usedServiceIDs.insert(h.identifier ?? "")
         var pairingExt: JSONValue?, bondExt: JSONValue?
         let hostID = ext?["HostID"]?.string ?? h.saleID
+        // The bond's key and a journal word: printable and short.
+        guard (1...64).contains(hostID.utf8.count), hostID.utf8.allSatisfy({ (0x21...0x7E).contains($0) }) else {
+            return fail(h, .messageFormat, [("reason", "InvalidHostID")])
+        }
         s.hostID = hostID
         if configuration.requiresPairing {
             if let pairing = ext?["Pairing"] {
@@ -383,7 +418,7 @@ public final class TerminalCore: @unchecked Sendable {
                 return fail(h, .notAllowed, [("reason", "PairingRequired")])
             }
         }
-        record("login from \(h.saleID) at \(location) (\(environment))")
+        record("login from \(PeerText.escaped(h.saleID)) at \(location) (\(environment))")
         // Ask the gateway for updates first; answer when it replies or after a short wait.
         pendingLogin = PendingLogin(header: h, session: s, deadline: now + configuration.loginUpdateCheckTimeout, pairing: pairingExt, bond: bondExt)
         enqueueGateway(.updateCheck, ["Type": "UpdateCheck", "Version": .string(configuration.softwareVersion),
@@ -417,8 +452,10 @@ public final class TerminalCore: @unchecked Sendable {
         ])
     }
 
+    /// A fraction in 0...1 (battery, progress) with two decimals; anything else is clamped
+    /// into it (NaN reads as 0).
     static func fraction(_ v: Double) -> String {
-        let hundredths = Int((v * 100).rounded())
+        let hundredths = Int(((v.isNaN ? 0 : min(1, max(0, v))) * 100).rounded())
         return "\(hundredths / 100).\(hundredths % 100 < 10 ? "0" : "")\(hundredths % 100)"
     }
 
@@ -438,6 +475,9 @@ public final class TerminalCore: @unchecked Sendable {
         let saleTx = b["SaleData"]?["SaleTransactionID"]
         let txID = saleTx?["TransactionID"]?.string ?? ""
         guard PaymentRules.isTransactionID(txID) else { return fail(h, .notAllowed, [("reason", "InvalidTransactionID")]) }
+        // The sale's time is repeated in the answer and in TransactionStatus: only a real one.
+        let timeStamp = saleTx?["TimeStamp"]?.string ?? wall(now).description
+        guard WallTime(rfc3339: timeStamp) != nil else { return fail(h, .messageFormat, [("reason", "InvalidTimeStamp")]) }
         let day = wall(now).day
         guard !transactionIDs.contains(session!.merchantID + day + txID) else {
             return fail(h, .notAllowed, [("reason", "DuplicateTransactionID")])
@@ -447,7 +487,7 @@ public final class TerminalCore: @unchecked Sendable {
         let original = b["Ext"]?["OriginalOperationID"]?.string
         if original != nil && type != "Refund" { return fail(h, .messageFormat, [("reason", "OriginalOperationID")]) }
         transactionIDs.insert(session!.merchantID + day + txID)
-        transaction = Transaction(header: h, transactionID: txID, timeStamp: saleTx?["TimeStamp"]?.string ?? wall(now).description,
+        transaction = Transaction(header: h, transactionID: txID, timeStamp: timeStamp,
                                   amount: amount, currency: currency, paymentType: type, originalOperationID: original,
                                   hostRelay: b["Ext"]?["Route"]?.string == "HostRelay", phase: .waitingForCard)
         record("payment \(h.identifier ?? "") \(type) \(currency.format(amount)) \(currency.code) txn \(txID)")
@@ -527,7 +567,7 @@ public final class TerminalCore: @unchecked Sendable {
         }
         defer { keys.wipe() }
         if r["Result"]?.string == "error" {
-            let code = r["Error"]?.string ?? ""
+            let code = TerminalCore.gatewayCode(r)
             let condition: PaymentResponseStatus.ErrorCondition
             switch code {
             case "3007", "2005": condition = .notAllowed
@@ -617,8 +657,8 @@ public final class TerminalCore: @unchecked Sendable {
         results.append(StoredResult(saleID: t.header.saleID, serviceID: t.header.identifier ?? "", header: header, body: body))
         if results.count > 16 { results.removeFirst(results.count - 16) }
         record("payment \(t.header.identifier ?? "") → \(status.result.rawValue)\(status.errorCondition.map { "/" + $0.rawValue } ?? "")")
-        if hostConnected && session?.saleID == t.header.saleID {
-            outputs.append(.host(PaymentMessage(direction: .response, header: header, body: body).encoded))
+        if session?.saleID == t.header.saleID {
+            send(PaymentMessage(direction: .response, header: header, body: body))
         }
         if status.result == .success { notify("CardRemoved", now: now) }
     }
@@ -635,7 +675,7 @@ public final class TerminalCore: @unchecked Sendable {
             return notify("Completed", details: [("reason", "AlreadyAuthorizing")], now: now)
         }
         record("abort of \(t.header.identifier ?? "")")
-        finishPayment(status: .failure(.aborted, [("reason", m.body["AbortReason"]?.string ?? "MerchantAbort")]), now: now)
+        finishPayment(status: .failure(.aborted, [("reason", TerminalCore.peerReason(m.body["AbortReason"]?.string ?? "MerchantAbort"))]), now: now)
     }
 
     func transactionStatus(_ m: PaymentMessage) {
@@ -660,7 +700,7 @@ public final class TerminalCore: @unchecked Sendable {
         let poiTx = m.body["OriginalPOITransaction"]?["POITransactionID"]?["TransactionID"]?.string ?? ""
         guard let op = operations.values.first(where: { $0.poiTransactionID == poiTx }) else { return fail(h, .notFound) }
         guard !op.reversed else { return fail(h, .notAllowed, [("reason", "AlreadyReversed")]) }
-        let reason = m.body["ReversalReason"]?.string ?? "MerchantCancel"
+        let reason = TerminalCore.peerReason(m.body["ReversalReason"]?.string ?? "MerchantCancel")
         do {
             let keys = try security.nextTransaction()
             let request = try security.reverse(operationID: op.operationID, reason: reason, keys: keys)
@@ -679,11 +719,11 @@ public final class TerminalCore: @unchecked Sendable {
         transaction = nil
         defer { t.keys?.wipe() }
         guard let r, let keys = t.keys else { return fail(t.header, .unreachableHost) }
-        guard r["Result"]?.string != "error" || r["MAC"] != nil else { return fail(t.header, .unreachableHost, [("code", r["Error"]?.string ?? "")]) }
+        guard r["Result"]?.string != "error" || r["MAC"] != nil else { return fail(t.header, .unreachableHost, [("code", TerminalCore.gatewayCode(r))]) }
         guard TerminalSecurity.verifyResponse(r, canonical: GatewayCanonical.reverseResult(r), keys: keys) else {
             return fail(t.header, .unreachableHost, [("reason", "ResponseMacInvalid"), ("code", "4006")])
         }
-        guard r["Result"]?.string == "ok" else { return fail(t.header, .notAllowed, [("code", r["Error"]?.string ?? "")]) }
+        guard r["Result"]?.string == "ok" else { return fail(t.header, .notAllowed, [("code", TerminalCore.gatewayCode(r))]) }
         if let id = operations.first(where: { $0.value.operationID == reversal.operationID })?.key { operations[id]?.reversed = true }
         record("reversal of \(reversal.operationID) done")
         respond(t.header, body: ["Response": PaymentResponseStatus.success.json,
@@ -746,7 +786,7 @@ public final class TerminalCore: @unchecked Sendable {
               let key = try? Pairing.linkKey(sharedSecret: pairing.sharedSecret, hostPublicKey: pairing.hostKey,
                                              terminalPublicKey: pairing.terminalKey, hostNonce: nonce, terminalNonce: pairing.terminalNonce) else {
             session = nil
-            record("pairing with \(m.header.saleID): the nonce does not match its commitment")
+            record("pairing with \(PeerText.escaped(m.header.saleID)): the nonce does not match its commitment")
             return fail(m.header, .notAllowed, [("reason", "PairingRejected")])
         }
         pairing.passkey = passkey
@@ -770,7 +810,7 @@ public final class TerminalCore: @unchecked Sendable {
             record("pairing with \(pairing.hostID) rejected at the terminal")
             return fail(m.header, .notAllowed, [("reason", "PairingRejected")])
         }
-        bonds[pairing.hostID] = key
+        bonds.insert(pairing.hostID, key)
         session?.pairing = nil
         record("paired with \(pairing.hostID)")
         respond(m.header, body: ["Response": PaymentResponseStatus.success.json])
@@ -903,6 +943,18 @@ public final class TerminalCore: @unchecked Sendable {
 
     // MARK: The control interface (test-only, "inside the pad")
 
+    /// nexo's EntryMode values.
+    static let entryModes = ["ICC", "MagStripe", "Contactless", "Tapped", "Keyed", "Manual", "SynchroICC", "RFID", "Mobile", "Scanned", "File"]
+
+    /// How long a control command takes the link down: whole or fractional seconds, at most a
+    /// day (a longer or non-finite time would overflow the clock's arithmetic).
+    public static func downTime(_ v: JSONValue) -> Duration? {
+        if let i = v.integer { return (0...86_400).contains(i) ? .seconds(i) : nil }
+        guard case .number(let t) = v, let d = Double(t), d.isFinite, (0...86_400).contains(d),
+              let ms = Int64(exactly: (d * 1000).rounded()) else { return nil }
+        return .milliseconds(ms)
+    }
+
     /// Handles one control command; returns its answer.
     public func control(_ command: JSONValue, now: Instant) -> JSONValue {
         func ok(_ extra: [(String, JSONValue)] = []) -> JSONValue { .object([("ok", true)] + extra) }
@@ -910,9 +962,15 @@ public final class TerminalCore: @unchecked Sendable {
         switch command["cmd"]?.string ?? "" {
         case "presentCard":
             guard let pan = command["pan"]?.string, CardData.isValidPAN(pan) else { return no("pan must be 12-19 digits with a valid check digit") }
-            let card = PresentedCard(data: CardData(pan: pan, expiry: command["expiry"]?.string ?? "3012",
-                                                    serviceCode: command["serviceCode"]?.string ?? "201"),
-                                     entryMode: command["entry"]?.string ?? "ICC", cvm: command["cvm"]?.string ?? "OnlinePIN",
+            // What the card says is repeated to the host and the gateway: only the known forms.
+            let expiry = command["expiry"]?.string ?? "3012", serviceCode = command["serviceCode"]?.string ?? "201"
+            let entry = command["entry"]?.string ?? "ICC", cvm = command["cvm"]?.string ?? "OnlinePIN"
+            guard PaymentRules.isDigits(expiry, 4...4), PaymentRules.isDigits(serviceCode, 3...3) else {
+                return no("expiry is YYMM, serviceCode 3 digits")
+            }
+            guard TerminalCore.entryModes.contains(entry) else { return no("entry is one of \(TerminalCore.entryModes.joined(separator: ", "))") }
+            guard ["OnlinePIN", "Signature", "NoCVM"].contains(cvm) else { return no("cvm is OnlinePIN, Signature or NoCVM") }
+            let card = PresentedCard(data: CardData(pan: pan, expiry: expiry, serviceCode: serviceCode), entryMode: entry, cvm: cvm,
                                      pin: command["pin"]?.string)
             if let p = card.pin, !PaymentRules.isDigits(p, 4...12) { return no("pin must be 4-12 digits") }
             if transaction?.phase == .waitingForCard { cardPresented(card, now: now) } else { pendingCard = card }
@@ -932,16 +990,13 @@ public final class TerminalCore: @unchecked Sendable {
             finishPayment(status: .failure(.cancel), now: now)
             return ok()
         case "setBattery":
-            guard case .number(let text)? = command["level"], let level = Double(text) else {
-                if let i = command["level"]?.integer { configuration.battery = Double(i); return ok() }
-                return no("level is a number in [0,1]")
-            }
+            guard let level = PaymentRules.fraction(command["level"]) else { return no("level is a number in [0,1]") }
             configuration.battery = level
             if level < 0.05 { shutdown(reason: "criticallyLowBattery", restartAfter: nil, now: now) }
             return ok()
         case "dropLinkAfterAuthorise":
-            let seconds = command["downFor"]?.integer ?? 1
-            dropAfterAuthorise = .seconds(seconds)
+            guard let downFor = TerminalCore.downTime(command["downFor"] ?? 1) else { return no("downFor is 0...86400 seconds") }
+            dropAfterAuthorise = downFor
             return ok()
         case "setClock":
             guard let t = command["now"]?.string.flatMap({ WallTime(rfc3339: $0) }) else { return no("now is RFC 3339 UTC") }
@@ -960,7 +1015,7 @@ public final class TerminalCore: @unchecked Sendable {
                 return no("\(error)")
             }
         case "erasePairing":
-            bonds = [:]
+            bonds.removeAll()
             record("bonds erased")
             return ok()
         case "status":

@@ -47,6 +47,8 @@ public final class GatewayServer: @unchecked Sendable {
 
     /// The core's journal (loop-safe copy).
     public var log: [String] { loop.sync { core.log } }
+    /// The same with the count of lines ever written (to print only new ones).
+    public var journal: RecentLines { loop.sync { core.journal } }
     public var recorded: [UInt8] { loop.sync { wireBytes } }
 
     private func accepted(_ c: StreamConnection) {
@@ -60,7 +62,9 @@ public final class GatewayServer: @unchecked Sendable {
             do {
                 for frame in try decoder.feed(bytes) {
                     if let answer = self.core.handle(frame, now: WallTime.current()) {
-                        let out = PaymentFrame.encode(answer)
+                        // The core keeps its answers within a frame; one that is not ends the
+                        // connection like a bad frame from the client.
+                        let out = try PaymentFrame.encode(answer)
                         if self.recordsBytes { self.wireBytes += out }
                         c.send(out)
                     } else {

@@ -530,9 +530,15 @@ public final class PaymentReader: @unchecked Sendable {
                 }
                 l.answer(m, body: ["OutputResult": [["Device": "CashierDisplay", "InfoQualify": "Status", "Response": ["Result": "Success"]]]])
             case .print:
+                // The answer names the document printed: one of nexo's, never the reader's text.
+                let qualifier = m.body["PrintOutput"]?["DocumentQualifier"]?.string ?? "CustomerReceipt"
+                guard Self.documentQualifiers.contains(qualifier) else {
+                    l.answer(m, body: ["Response": PaymentResponseStatus.failure(.messageFormat, [("reason", "DocumentQualifier")]).json])
+                    return
+                }
                 let lines = m.body["PrintOutput"]?["OutputContent"]?["OutputText"]?.array?.compactMap { $0["Text"]?.string } ?? []
                 delegate?.reader(self, didReport: .receipt(lines))
-                l.answer(m, body: ["Response": ["Result": "Success"], "DocumentQualifier": m.body["PrintOutput"]?["DocumentQualifier"] ?? "CustomerReceipt"])
+                l.answer(m, body: ["Response": ["Result": "Success"], "DocumentQualifier": .string(qualifier)])
             case .transmit:
                 relay(m, on: l)
             default:
@@ -550,6 +556,9 @@ public final class PaymentReader: @unchecked Sendable {
         }
     }
 
+    /// nexo's DocumentQualifier values.
+    static let documentQualifiers: Set = ["CashierReceipt", "CustomerReceipt", "Document", "Voucher", "Journal", "SaleReceipt"]
+
     private func event(_ body: JSONValue, on l: ReaderLink) {
         let name = body["EventToNotify"]?.string ?? ""
         let details = FormEncoding.decode(body["EventDetails"]?.string ?? "")
@@ -564,9 +573,8 @@ public final class PaymentReader: @unchecked Sendable {
         case "Shutdown":
             l.shutdownReason = DisconnectReason(name: detail("reason") ?? "")
         case "ExtUpdateProgress":
-            guard var i = install else { break }
-            var p: Float = 0
-            if case .number(let t)? = body["Ext"]?["Progress"] { p = Float(t) ?? 0 } else if let n = body["Ext"]?["Progress"]?.integer { p = Float(n) }
+            // A fraction in 0...1; anything else from the reader is no progress.
+            guard var i = install, let p = PaymentRules.fraction(body["Ext"]?["Progress"]).map({ Float($0) }) else { break }
             // Reported non-decreasing.
             if p >= i.lastProgress {
                 i.lastProgress = p
@@ -1020,20 +1028,27 @@ public final class PaymentReader: @unchecked Sendable {
     private func relay(_ m: PaymentMessage, on l: ReaderLink) {
         guard let c = configuration, let bytes = m.body["Message"]?.string.flatMap(Base64.decode),
               let request = try? JSONParser.parse(bytes) else {
-            return l.answer(m, body: ["Response": PaymentResponseStatus.failure(.messageFormat).json])
+            l.answer(m, body: ["Response": PaymentResponseStatus.failure(.messageFormat).json])
+            return
         }
         let summary = ["KSN": request["KSN"]?.string ?? "", "AmountMinor": request["AmountMinor"]?.integer.map(String.init) ?? "",
                        "CurrencyNumeric": request["CurrencyNumeric"]?.string ?? ""]
         guard delegate?.reader(self, shouldSubmit: summary) ?? true else {
-            return l.answer(m, body: ["Response": PaymentResponseStatus.failure(.aborted).json])
+            l.answer(m, body: ["Response": PaymentResponseStatus.failure(.aborted).json])
+            return
         }
-        let seconds = m.body["MaximumTransmitTime"]?.integer ?? 30
-        GatewayClient.exchange(request, with: c.gateway, loop: loop, timeout: .seconds(seconds), observer: nil) { [weak l] answer in
+        // The reader's wait, within reason: at least a second, at most five minutes.
+        let seconds = min(300, max(1, m.body["MaximumTransmitTime"]?.integer ?? 30))
+        // The request goes as the reader sent it, and the answer back as the gateway sent it:
+        // re-encoding either could outgrow a frame.
+        GatewayClient.exchange(payload: bytes, with: c.gateway, loop: loop, timeout: .seconds(seconds), observer: nil) { [weak l] answer in
             guard let l else { return }
-            if let answer {
-                l.answer(m, body: ["Response": ["Result": "Success"], "Message": .string(Base64.encode(answer.serialized))])
-            } else {
+            guard let answer, (try? JSONParser.parse(answer)) != nil else {
                 l.answer(m, body: ["Response": PaymentResponseStatus.failure(.unreachableHost).json])
+                return
+            }
+            if !l.answer(m, body: ["Response": ["Result": "Success"], "Message": .string(Base64.encode(answer))]) {
+                l.answer(m, body: ["Response": PaymentResponseStatus.failure(.unreachableHost, [("reason", "AnswerTooLarge")]).json])
             }
         }
     }
@@ -1064,10 +1079,18 @@ final class Once<T: Sendable>: @unchecked Sendable {
 public enum GatewayClient {
     public static func exchange(_ request: JSONValue, with gateway: TCPEndpoint, loop: EventLoop, timeout: Duration,
                                 observer: (([UInt8]) -> Void)?, completion: @escaping (JSONValue?) -> Void) {
+        exchange(payload: request.serialized, with: gateway, loop: loop, timeout: timeout, observer: observer) { answer in
+            completion(answer.flatMap { try? JSONParser.parse($0) })
+        }
+    }
+
+    /// The same with the request's bytes, and the answer's frame payload as it came.
+    public static func exchange(payload: [UInt8], with gateway: TCPEndpoint, loop: EventLoop, timeout: Duration,
+                                observer: (([UInt8]) -> Void)?, completion: @escaping ([UInt8]?) -> Void) {
         var done = false
         var timer: Int?
         var connection: StreamConnection?
-        let finish: (JSONValue?) -> Void = { answer in
+        let finish: ([UInt8]?) -> Void = { answer in
             guard !done else { return }
             done = true
             if let timer { loop.cancelTimer(timer) }
@@ -1075,15 +1098,15 @@ public enum GatewayClient {
             completion(answer)
         }
         do {
+            let frame = try PaymentFrame.encode(payload)
             let c = try StreamConnection.connect(to: gateway, loop: loop)
             connection = c
             var decoder = PaymentFrameDecoder()
-            let frame = PaymentFrame.encode(request)
             observer?(frame)
             c.onConnected = { c.send(frame) }
             c.onData = { bytes in
                 observer?(bytes)
-                if let first = (try? decoder.feed(bytes))?.first { finish(try? JSONParser.parse(first)) }
+                if let first = (try? decoder.feed(bytes))?.first { finish(first) }
             }
             c.onClose = { _ in finish(nil) }
             timer = loop.schedule(at: loop.now + timeout) { finish(nil) }

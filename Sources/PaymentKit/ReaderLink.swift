@@ -182,15 +182,24 @@ final class ReaderLink {
         return sid
     }
 
-    /// Answers a Device request from the terminal.
-    func answer(_ request: PaymentMessage, body: JSONValue) {
+    /// Answers a Device request from the terminal; false when the answer was too large to send.
+    @discardableResult
+    func answer(_ request: PaymentMessage, body: JSONValue) -> Bool {
         send(PaymentMessage(direction: .response, header: request.header.response(), body: body))
     }
 
-    private func send(_ message: PaymentMessage) {
-        let frame = PaymentFrame.encode(message.encoded)
+    /// Messages not sent because they would not fit in a frame.
+    private(set) var oversizeMessages = 0
+
+    @discardableResult
+    private func send(_ message: PaymentMessage) -> Bool {
+        guard let frame = try? PaymentFrame.encode(message.encoded) else {
+            oversizeMessages += 1
+            return false
+        }
         observer?(frame)
         connection?.send(frame)
+        return true
     }
 
     func setPOIID(_ id: String) { poiID = id }

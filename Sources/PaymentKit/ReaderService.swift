@@ -13,7 +13,16 @@ final class ReaderService: StackApplication {
     private weak var host: StackAttachment?
     private var connection: ConnectionID?
     private var decoder = PaymentFrameDecoder()
+    /// Framed bytes for the host that TCP has not taken yet.
     private var pending: [UInt8] = []
+    /// Above this much waiting for the host, the host is not read: its requests stay in TCP's
+    /// window until it takes its answers (each request's answer is bounded, so this bounds them).
+    static let readLimit = 256 * 1024
+    /// What the terminal says unasked (events) may still pile up behind a host that reads
+    /// nothing: beyond this the connection is aborted.
+    static let pendingCap = 4 * PaymentFrame.maximumLength
+    /// Messages not sent: too large for a frame, or the host connection aborted for not reading.
+    private(set) var droppedMessages = 0
     private var closeAfterFlush = false
     private var gatewaySequence = 0
     /// Every byte the reader connection carried, both ways (tests look for card data in it).
@@ -73,7 +82,7 @@ final class ReaderService: StackApplication {
 
     func step(now: Instant) {
         guard let id = connection, let stack = host, stack.stack != nil else { return }
-        while true {
+        while pending.count < ReaderService.readLimit {
             let chunk = stack.read(id, now: now)
             if chunk.isEmpty { break }
             observer?(true, chunk)
@@ -97,26 +106,48 @@ final class ReaderService: StackApplication {
 
     /// Acts on what the core asked for.
     func drain(now: Instant) {
-        for output in core.takeOutputs() {
-            switch output {
-            case .host(let payload):
-                guard connection != nil else { continue }
-                let frame = PaymentFrame.encode(payload)
-                observer?(false, frame)
-                pending += frame
-            case .closeHost:
-                closeAfterFlush = true
-            case .gateway(let payload):
-                gatewaySequence += 1
-                let sequence = gatewaySequence
-                gatewayExchange(PaymentFrame.encode(payload)) { [weak self] answer in
-                    self?.gatewayAnswered(answer, sequence: sequence)
-                }
-            case .shutdown(let reason, let after):
-                onShutdown(reason, after)
-            }
+        // Acting on an output can make more (a failed exchange ends what waited for it).
+        var outputs = core.takeOutputs()
+        while !outputs.isEmpty {
+            for output in outputs { act(output, now: now) }
+            outputs = core.takeOutputs()
         }
         flush(now: now)
+    }
+
+    private func act(_ output: TerminalCore.Output, now: Instant) {
+        switch output {
+        case .host(let payload):
+            guard let id = connection else { return }
+            guard let frame = try? PaymentFrame.encode(payload) else {
+                droppedMessages += 1
+                return
+            }
+            guard pending.count + frame.count <= ReaderService.pendingCap else {
+                droppedMessages += 1
+                host?.abort(id, now: now)
+                connection = nil
+                pending = []
+                core.hostDidDisconnect(now: now)
+                return
+            }
+            observer?(false, frame)
+            pending += frame
+        case .closeHost:
+            closeAfterFlush = true
+        case .gateway(let payload):
+            guard let frame = try? PaymentFrame.encode(payload) else {
+                droppedMessages += 1
+                return core.gatewayDidFail(now: now)
+            }
+            gatewaySequence += 1
+            let sequence = gatewaySequence
+            gatewayExchange(frame) { [weak self] answer in
+                self?.gatewayAnswered(answer, sequence: sequence)
+            }
+        case .shutdown(let reason, let after):
+            onShutdown(reason, after)
+        }
     }
 
     private var lastAnswered = 0
@@ -172,6 +203,6 @@ final class ReaderService: StackApplication {
     }
 
     func report() -> [String] {
-        ["reader: port \(port), host \(connection.map { "connected \($0)" } ?? "not connected")"]
+        ["reader: port \(port), host \(connection.map { "connected \($0)" } ?? "not connected"), \(droppedMessages) messages dropped"]
     }
 }

@@ -48,6 +48,8 @@ public final class TerminalControl: @unchecked Sendable {
                 buffer.removeFirst(newline + 1)
                 return (try? JSONParser.parse(reply)) ?? ["ok": false, "error": "unreadable answer"]
             }
+            // The simulator's answers are short: one that never ends is not one.
+            guard buffer.count <= 1 << 20 else { throw SystemError("recv", errno: EMSGSIZE) }
             var chunk = [UInt8](repeating: 0, count: 4096)
             let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n < 0 && errno == EINTR { continue }

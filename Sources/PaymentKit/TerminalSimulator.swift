@@ -45,6 +45,12 @@ public final class TerminalSimulator: @unchecked Sendable {
     private var service: ReaderService?
     private var control: StreamListener?
     private var controlClients: [ObjectIdentifier: (StreamConnection, [UInt8])] = [:]
+    /// Control clients at once; one more is closed at once.
+    static let controlClientLimit = 8
+    /// A control line longer than this (no newline yet) closes its client.
+    static let controlLineLimit = 64 * 1024
+    /// Control clients closed for going beyond either limit.
+    public private(set) var controlClientsRefused = 0
     private var restartTimer: Int?
     private var stopped = false
     /// Every byte of the reader connection (tests search it for card data).
@@ -204,6 +210,10 @@ public final class TerminalSimulator: @unchecked Sendable {
     // MARK: Control socket
 
     private func controlConnected(_ c: StreamConnection) {
+        guard controlClients.count < TerminalSimulator.controlClientLimit else {
+            controlClientsRefused += 1
+            return c.close()
+        }
         let key = ObjectIdentifier(c)
         controlClients[key] = (c, [])
         c.onData = { [weak self] bytes in
@@ -215,6 +225,12 @@ public final class TerminalSimulator: @unchecked Sendable {
                 self.controlClients[key] = entry
                 let answer = self.handleControl(line)
                 entry.0.send(answer.serialized + [0x0A])
+            }
+            // Only a complete line is acted on; a client that never ends one is let go.
+            guard entry.1.count <= TerminalSimulator.controlLineLimit else {
+                self.controlClients[key] = nil
+                self.controlClientsRefused += 1
+                return entry.0.close()
             }
             self.controlClients[key] = entry
         }
@@ -231,10 +247,10 @@ public final class TerminalSimulator: @unchecked Sendable {
         case "dropLink":
             guard terminal != nil else { return ["ok": false, "error": "link is down"] }
             let mode = command["mode"]?.string ?? "rst"
-            let downFor: Duration? = command["downFor"].flatMap { v -> Duration? in
-                if let i = v.integer { return .seconds(i) }
-                if case .number(let t) = v, let d = Double(t) { return .milliseconds(Int64(d * 1000)) }
-                return nil
+            var downFor: Duration?
+            if let v = command["downFor"], !v.isNull {
+                guard let d = TerminalCore.downTime(v) else { return ["ok": false, "error": "downFor is 0...86400 seconds"] }
+                downFor = d
             }
             if mode == "silent" {
                 // A frozen terminal: the line stays, nothing answers; the host finds out by LCP echo.

@@ -224,7 +224,7 @@ final class FrameRelay: @unchecked Sendable {
             guard let self, let frames = try? fromClient.feed(bytes) else { return client.close(reset: true) }
             for f in frames {
                 self.seen.append(f)
-                server.send(PaymentFrame.encode(f))
+                if let frame = try? PaymentFrame.encode(f) { server.send(frame) }
             }
         }
         server.onData = { [weak self] bytes in
@@ -232,12 +232,12 @@ final class FrameRelay: @unchecked Sendable {
             for f in frames {
                 guard self.mode == .forgeApprovals, var answer = try? JSONParser.parse(f), answer["Type"]?.string == "AuthoriseResult",
                       answer["Result"]?.string == "declined" else {
-                    client.send(PaymentFrame.encode(f))
+                    if let frame = try? PaymentFrame.encode(f) { client.send(frame) }
                     continue
                 }
                 answer = answer.setting("Result", "approved").setting("ResponseCode", "00").setting("ApprovalCode", "123456")
                 self.rewritten += 1
-                client.send(PaymentFrame.encode(answer))
+                if let frame = try? PaymentFrame.encode(answer) { client.send(frame) }
             }
         }
         client.onEndOfStream = { server.shutdownWrite() }

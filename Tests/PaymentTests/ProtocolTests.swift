@@ -10,7 +10,7 @@ import Testing
     }
 
     @Test func splitAtEveryByteAndSeveralPerRead() throws {
-        let frames = (1...3).map { PaymentFrame.encode(sample(String($0)).encoded) }
+        let frames = try (1...3).map { try PaymentFrame.encode(sample(String($0)).encoded) }
         let stream = frames.flatMap { $0 }
         // One byte at a time.
         var d = PaymentFrameDecoder()
