@@ -21,9 +21,37 @@ public struct RecordContents: Sendable, Equatable {
 
 /// Finds the PPP frames in capture records: directly (link types 9, 50, 204), in PPPoE
 /// sessions and PPTP's enhanced GRE (link type 1), and inside L2TP carried by any of these.
+/// Ethernet frames may carry 802.1Q / 802.1ad VLAN tags (stacked), and the IP under a tunnel may
+/// be IPv4 or IPv6 (with extension headers), itself inside IPv4 or IPv6 (IP-in-IP). Every length
+/// is the file's word, checked against the bytes present; nesting and header chains are bounded.
 public enum Encapsulation {
-    /// How deep tunnels may nest before we stop looking.
+    /// How deep tunnels (IP inside PPP or IP) may nest before we stop looking.
     static let maximumDepth = 4
+    /// VLAN tags read in front of the EtherType (802.1ad allows two; a few more are tolerated).
+    static let maximumVLANTags = 8
+    /// IPv6 extension headers walked before the upper-layer header (RFC 8200 §4.1 orders at most
+    /// seven, one of them twice).
+    static let maximumExtensionHeaders = 8
+
+    enum EtherType {
+        static let ipv4: UInt16 = 0x0800
+        static let ipv6: UInt16 = 0x86DD
+        static let pppoeDiscovery: UInt16 = 0x8863
+        static let pppoeSession: UInt16 = 0x8864
+        /// 802.1Q customer tag, 802.1ad service tag, and the pre-standard 0x9100 service tag.
+        static let vlanTags: Set<UInt16> = [0x8100, 0x88A8, 0x9100]
+    }
+
+    /// IP protocol numbers of the headers this walk follows.
+    enum Next {
+        static let ipv4InIP: UInt8 = 4
+        static let ipv6InIP: UInt8 = 41
+        static let hopByHop: UInt8 = 0
+        static let routing: UInt8 = 43
+        static let fragment: UInt8 = 44
+        static let authentication: UInt8 = 51
+        static let destinationOptions: UInt8 = 60
+    }
 
     public static func contents(linkType: Int32, record: [UInt8]) -> RecordContents {
         var out = RecordContents()
@@ -50,30 +78,38 @@ public enum Encapsulation {
             return
         }
         out.frames.append(CarriedFrame(frame: frame, direction: direction, via: via))
-        if frame.protocol == ProtocolNumber.ipv4 && depth < maximumDepth {
+        guard depth < maximumDepth else { return }
+        if frame.protocol == ProtocolNumber.ipv4 {
             ipv4(frame.information[...], via: via, depth: depth + 1, to: &out)
+        } else if frame.protocol == ProtocolNumber.ipv6 {
+            ipv6(frame.information[...], via: via, depth: depth + 1, to: &out)
         }
     }
 
     static func ethernet(_ r: [UInt8], to out: inout RecordContents) {
         guard r.count >= 14 else { return }
         var offset = 12
-        var etherType = UInt16(r[12]) << 8 | UInt16(r[13])
-        while (etherType == 0x8100 || etherType == 0x88A8) && r.count >= offset + 6 {
+        var etherType = BigEndian.uint16(r, 12)
+        var via: [String] = []
+        // IEEE 802.1Q §9.6: a tag is the TPID (read as the EtherType) and two bytes of TCI whose
+        // low 12 bits are the VLAN id; the real EtherType follows the last tag.
+        while EtherType.vlanTags.contains(etherType) && via.count < maximumVLANTags && r.count >= offset + 6 {
+            via.append("VLAN \(BigEndian.uint16(r, offset + 2) & 0x0FFF)")
             offset += 4
-            etherType = UInt16(r[offset]) << 8 | UInt16(r[offset + 1])
+            etherType = BigEndian.uint16(r, offset)
         }
         let payload = r[(offset + 2)...]
         switch etherType {
-        case 0x8864: pppoeSession(payload, to: &out)
-        case 0x8863: pppoeDiscovery(payload, to: &out)
-        case 0x0800: ipv4(payload, via: [], depth: 0, to: &out)
+        case EtherType.pppoeSession: pppoeSession(payload, via: via, to: &out)
+        case EtherType.pppoeDiscovery: pppoeDiscovery(payload, to: &out)
+        case EtherType.ipv4: ipv4(payload, via: via, depth: 0, to: &out)
+        case EtherType.ipv6: ipv6(payload, via: via, depth: 0, to: &out)
         default: break
         }
     }
 
     /// RFC 2516 §4: version/type, code, session id, length, then the PPP protocol field.
-    static func pppoeSession(_ p: ArraySlice<UInt8>, to out: inout RecordContents) {
+    static func pppoeSession(_ p: ArraySlice<UInt8>, via: [String], to out: inout RecordContents) {
         guard p.count >= 6 else { out.problems.append("truncated PPPoE header"); return }
         let s = p.startIndex
         let session = UInt16(p[s + 2]) << 8 | UInt16(p[s + 3])
@@ -82,7 +118,7 @@ public enum Encapsulation {
             out.problems.append("PPPoE length \(length) exceeds the \(p.count - 6) bytes present")
             return
         }
-        addPPP(p[(s + 6)..<(s + 6 + length)], direction: nil, via: ["PPPoE 0x" + hex4(session)], depth: 0, to: &out)
+        addPPP(p[(s + 6)..<(s + 6 + length)], direction: nil, via: via + ["PPPoE 0x" + hex4(session)], depth: 0, to: &out)
     }
 
     static func pppoeDiscovery(_ p: ArraySlice<UInt8>, to out: inout RecordContents) {
@@ -94,12 +130,58 @@ public enum Encapsulation {
     }
 
     static func ipv4(_ p: ArraySlice<UInt8>, via: [String], depth: Int, to out: inout RecordContents) {
+        guard depth <= maximumDepth else { return }
         let bytes = Array(p)
-        guard let ip = bytes.withUnsafeBytes({ try? IPv4Header(parsing: $0) }), ip.fragmentOffset == 0, !ip.moreFragments else { return }
-        let payload = bytes[ip.headerLength..<ip.totalLength]
-        switch ip.protocol {
+        guard let ip = bytes.withUnsafeBytes({ try? IPv4Header(parsing: $0) }), !ip.isFragment else { return }
+        ipPayload(ip.protocol, bytes[ip.headerLength..<ip.totalLength], via: via, depth: depth, to: &out)
+    }
+
+    /// RFC 8200 §3: a 40-byte header, then extension headers (§4) up to the upper-layer one.
+    /// A fragment other than a whole packet's only one is not reassembled here.
+    static func ipv6(_ p: ArraySlice<UInt8>, via: [String], depth: Int, to out: inout RecordContents) {
+        guard depth <= maximumDepth, p.count >= 40 else { return }
+        let s = p.startIndex
+        guard p[s] >> 4 == 6 else { return }
+        let payloadLength = Int(BigEndian.uint16(p, s + 4))
+        // A payload length of 0 announces a jumbogram (RFC 2675), which no PPP link carries.
+        guard payloadLength > 0, payloadLength <= p.count - 40 else { return }
+        let end = s + 40 + payloadLength
+        var next = p[s + 6]
+        var offset = s + 40
+        for _ in 0..<maximumExtensionHeaders {
+            let length: Int
+            switch next {
+            case Next.hopByHop, Next.routing, Next.destinationOptions:
+                // §4.3–4.6: Hdr Ext Len counts 8-octet units beyond the first 8.
+                guard end - offset >= 2 else { return }
+                length = (Int(p[offset + 1]) + 1) * 8
+            case Next.authentication:
+                // RFC 4302 §2.2: Payload Len counts 4-octet units, minus 2.
+                guard end - offset >= 2 else { return }
+                length = (Int(p[offset + 1]) + 2) * 4
+            case Next.fragment:
+                // §4.5: offset (13 bits, in 8-octet units) and the M flag; only an atomic
+                // fragment (offset 0, M clear) holds the whole upper-layer packet.
+                guard end - offset >= 8, BigEndian.uint16(p, offset + 2) & 0xFFF9 == 0 else { return }
+                length = 8
+            default:
+                ipPayload(next, p[offset..<end], via: via, depth: depth, to: &out)
+                return
+            }
+            guard length <= end - offset else { return }
+            next = p[offset]
+            offset += length
+        }
+    }
+
+    /// What an IP header (either version) carries, by its protocol / next header number.
+    static func ipPayload(_ proto: UInt8, _ payload: ArraySlice<UInt8>, via: [String], depth: Int, to out: inout RecordContents) {
+        switch proto {
         case IPProtocol.gre: gre(payload, via: via, depth: depth, to: &out)
         case IPProtocol.udp: udp(payload, via: via, depth: depth, to: &out)
+        // RFC 2003 (IPv4 in IP) and RFC 2473 / RFC 4213 (IPv6 in IP): one more layer.
+        case Next.ipv4InIP: ipv4(payload, via: via, depth: depth + 1, to: &out)
+        case Next.ipv6InIP: ipv6(payload, via: via, depth: depth + 1, to: &out)
         default: break
         }
     }

@@ -28,6 +28,11 @@ public struct PPPDRecord: Sendable {
         var out: [Event] = []
         var truncated: Int?
         func need(_ n: Int) -> Bool { i + n <= bytes.count }
+        // Steps are unsigned and a file can hold billions of them: the sum saturates.
+        func advance(_ step: Int64) {
+            let (sum, overflow) = tenths.addingReportingOverflow(step)
+            tenths = overflow ? .max : sum
+        }
         loop: while i < bytes.count {
             let tag = bytes[i]
             switch tag {
@@ -47,11 +52,11 @@ public struct PPPDRecord: Sendable {
                 i += 1
             case 0x05:
                 guard need(5) else { truncated = i; break loop }
-                tenths += Int64(bytes[i + 1]) << 24 | Int64(bytes[i + 2]) << 16 | Int64(bytes[i + 3]) << 8 | Int64(bytes[i + 4])
+                advance(Int64(bytes[i + 1]) << 24 | Int64(bytes[i + 2]) << 16 | Int64(bytes[i + 3]) << 8 | Int64(bytes[i + 4]))
                 i += 5
             case 0x06:
                 guard need(2) else { truncated = i; break loop }
-                tenths += Int64(bytes[i + 1])
+                advance(Int64(bytes[i + 1]))
                 i += 2
             default:
                 throw CaptureError("not a pppd record file: unknown entry type 0x\(String(tag, radix: 16)) at offset \(i)")

@@ -28,6 +28,8 @@ public struct PcapRecord: Sendable {
     /// Bytes captured (may be fewer than were on the wire).
     public var data: [UInt8]
     public var originalLength: Int
+    /// The file's microseconds were out of range (see `CaptureTime.normalised`).
+    public var timeAdjusted = false
 }
 
 /// Reads pcap files through libpcap.
@@ -56,10 +58,12 @@ public struct PcapReader: Sendable {
         while true {
             let r = pcap_next_ex(handle, &header, &data)
             if r == 1, let h = header, let d = data {
-                let captured = Int(h.pointee.caplen)
-                list.append(PcapRecord(time: CaptureTime(seconds: Int64(h.pointee.ts.tv_sec), microseconds: Int32(h.pointee.ts.tv_usec)),
-                                       data: Array(UnsafeBufferPointer(start: d, count: captured)),
-                                       originalLength: Int(h.pointee.len)))
+                // The time stamp is whatever the file says: a ts_usec of 0x80000000 or a pcapng
+                // time near 2^63 reaches us as it is, so it is normalised and counted, not trusted.
+                let (time, adjusted) = CaptureTime.normalised(seconds: Int64(h.pointee.ts.tv_sec), microseconds: Int(h.pointee.ts.tv_usec))
+                list.append(PcapRecord(time: time,
+                                       data: Array(UnsafeBufferPointer(start: d, count: Int(h.pointee.caplen))),
+                                       originalLength: Int(h.pointee.len), timeAdjusted: adjusted))
             } else if r == PCAP_ERROR_BREAK {
                 break
             } else {
@@ -70,55 +74,68 @@ public struct PcapReader: Sendable {
     }
 }
 
-/// Writes pcap files through libpcap, one record per PPP frame.
+/// Writes pcap files (the classic format, microsecond time stamps), one record per PPP frame,
+/// through a `CaptureFile`: no links followed, mode 0600, write errors and the size limit stop
+/// the capture without stopping anything else.
 public final class PcapWriter {
     public let linkType: LinkType
-    private var handle: OpaquePointer?
-    private var dumper: OpaquePointer?
+    /// Records longer than this are cut to it, as a capture with this snapshot length would be.
+    public static let snapshotLength = 262_144
+    private let file: CaptureFile
+    private var masker: SecretMasker?
 
     /// Link type `.ppp` (9) writes `FF 03` and a two-byte protocol before each packet, the form
     /// tshark and tcpdump decode everywhere but which has no direction; `.pppWithDirection`
     /// (204) adds a byte that keeps it.
-    public init(path: String, linkType: LinkType = .ppp) throws(CaptureError) {
+    /// - Parameters:
+    ///   - masking: what hides the passwords in the frames written; nil writes them as they were.
+    ///   - onStop: told once if writing stops early (an error, or `limit` bytes reached).
+    public init(path: String, linkType: LinkType = .ppp, masking: SecretMasker? = SecretMasker(),
+                limit: Int = CaptureFile.defaultLimit, onStop: ((String) -> Void)? = nil) throws(CaptureError) {
         guard linkType == .ppp || linkType == .pppWithDirection else {
             throw CaptureError("pcap output supports link types 9 (PPP) and 204 (PPP_WITH_DIR)")
         }
         self.linkType = linkType
-        guard let h = pcap_open_dead(linkType.rawValue, 65535) else { throw CaptureError("libpcap could not open a dead handle") }
-        handle = h
-        guard let d = pcap_dump_open(h, path) else {
-            let message = String(cString: pcap_geterr(h))
-            pcap_close(h)
-            handle = nil
-            throw CaptureError("\(path): \(message)")
-        }
-        dumper = d
+        masker = masking
+        file = try CaptureFile(path: path, limit: limit)
+        file.onStop = onStop
+        // The global header, little-endian: magic, version 2.4, zone 0, sigfigs 0, snaplen, link type.
+        var header: [UInt8] = [0xD4, 0xC3, 0xB2, 0xA1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0]
+        header += PcapWriter.littleEndian(UInt32(PcapWriter.snapshotLength))
+        header += PcapWriter.littleEndian(UInt32(bitPattern: linkType.rawValue))
+        file.write(header)
     }
 
-    /// Writes one packet. `packet` is the PPP packet (header and information, no FCS).
+    /// Why writing stopped, if it did.
+    public var stopReason: String? { file.stopReason }
+
+    /// Writes one packet. `packet` is the PPP packet (header and information, no FCS). Throws
+    /// when the capture has stopped (the reason was also given to `onStop`, once).
     public func write(packet: [UInt8], time: CaptureTime, direction: Direction?) throws(CaptureError) {
-        guard let dumper else { throw CaptureError("pcap writer is closed") }
-        var bytes = packet
+        var bytes = maskedCopy(packet, direction: direction)
         if linkType == .pppWithDirection { bytes.insert(direction == .sent ? 1 : 0, at: 0) }
-        var header = pcap_pkthdr()
-        header.ts.tv_sec = Int(time.seconds)
-        header.ts.tv_usec = Int(time.microseconds)
-        header.caplen = bpf_u_int32(bytes.count)
-        header.len = bpf_u_int32(bytes.count)
-        bytes.withUnsafeBufferPointer { b in
-            pcap_dump(UnsafeMutableRawPointer(dumper).assumingMemoryBound(to: u_char.self), &header, b.baseAddress)
-        }
+        let captured = min(bytes.count, PcapWriter.snapshotLength)
+        // ts_sec is 32 bits in this format; times outside it (a decoded capture's) are clamped.
+        let normal = CaptureTime.normalised(seconds: time.seconds, microseconds: Int(time.microseconds)).time
+        var record = PcapWriter.littleEndian(UInt32(clamping: normal.seconds))
+        record += PcapWriter.littleEndian(UInt32(clamping: normal.microseconds))
+        record += PcapWriter.littleEndian(UInt32(captured))
+        record += PcapWriter.littleEndian(UInt32(clamping: bytes.count))
+        record += bytes.prefix(captured)
+        guard file.write(record) else { throw CaptureError("\(file.path): \(file.stopReason ?? "closed")") }
     }
-
-    public func flush() { if let dumper { pcap_dump_flush(dumper) } }
 
     /// Closes the file. Idempotent; also done on deinit.
-    public func close() {
-        if let d = dumper { pcap_dump_close(d) }
-        if let h = handle { pcap_close(h) }
-        dumper = nil
-        handle = nil
+    public func close() { file.close() }
+
+    private func maskedCopy(_ packet: [UInt8], direction: Direction?) -> [UInt8] {
+        guard masker != nil, let h = packet.withUnsafeBytes({ PPPHeader.parse($0) }),
+              let info = masker?.masked(protocol: h.protocol, information: Array(packet[h.length...]), direction: direction)
+        else { return packet }
+        return Array(packet[..<h.length]) + info
     }
 
-    deinit { close() }
+    static func littleEndian(_ v: UInt32) -> [UInt8] {
+        [UInt8(v & 0xFF), UInt8((v >> 8) & 0xFF), UInt8((v >> 16) & 0xFF), UInt8(v >> 24)]
+    }
 }

@@ -38,6 +38,9 @@ public struct Trace: Sendable {
     /// For pppd record files: the de-framing counters of each direction.
     public var sentCounters = DecoderCounters()
     public var receivedCounters = DecoderCounters()
+    /// Records whose time stamp was out of range (microseconds outside 0–999 999), read as
+    /// normalised (see `CaptureTime.normalised`).
+    public var recordsWithAdjustedTime = 0
     /// A pppd record file that ended inside an entry.
     public var truncatedAt: Int?
 
@@ -66,6 +69,7 @@ public struct Trace: Sendable {
         origin = reader.records.first?.time ?? origin
         for (index, record) in reader.records.enumerated() {
             records += 1
+            if record.timeAdjusted { recordsWithAdjustedTime += 1 }
             let contents = Encapsulation.contents(linkType: reader.linkType, record: record.data)
             for carried in contents.frames {
                 frames.append(TraceFrame(number: index + 1, time: record.time, direction: carried.direction,

@@ -33,6 +33,11 @@ public struct ChannelConfiguration: Sendable {
     public var services: [DiagnosticService] = []
     public var pcapPath: String?
     public var recordPath: String?
+    /// Write PAP and SOCKS5 passwords into the captures as they were (see `SecretMasker` for
+    /// what is masked otherwise).
+    public var captureSecrets = false
+    /// Each capture file stops growing at this many bytes.
+    public var captureLimit = CaptureFile.defaultLimit
     /// Beyond ICPPP: add the bridges of the previous link again when the channel reopens.
     public var rearmBridgesOnReopen = false
     /// Testing only: drop this share of frames both ways.
@@ -294,11 +299,16 @@ public final class Channel: @unchecked Sendable {
         var pcap: PcapWriter?
         var record: PPPDRecordWriter?
         do {
-            if let p = configuration.pcapPath { pcap = try PcapWriter(path: p, linkType: .pppWithDirection) }
+            let masking = configuration.captureSecrets ? nil : SecretMasker(socksPorts: Set(configuration.socks.map { [$0.port] } ?? []))
+            let stopped: (String) -> Void = { [weak self] in self?.log($0) }
+            if let p = configuration.pcapPath {
+                pcap = try PcapWriter(path: p, linkType: .pppWithDirection, masking: masking, limit: configuration.captureLimit, onStop: stopped)
+            }
             if let p = configuration.recordPath {
                 var tv = timeval()
                 gettimeofday(&tv, nil)
-                record = try PPPDRecordWriter(path: p, startTime: Int64(tv.tv_sec))
+                record = try PPPDRecordWriter(path: p, startTime: Int64(tv.tv_sec), masking: masking,
+                                              limit: configuration.captureLimit, onStop: stopped)
             }
         } catch {
             line.close()

@@ -266,9 +266,9 @@ public final class LinkSession: LoopClient {
         if let pcap {
             let wall = wallClock()
             for (direction, frame) in link.takeCapturedFrames() {
+                // A capture that stopped (a write error, its size limit) said so once; the link goes on.
                 try? pcap.write(packet: frame.uncompressedPacket, time: wall, direction: direction)
             }
-            pcap.flush()
         }
     }
 

@@ -1,3 +1,4 @@
+import Capture
 import Channel
 import Foundation
 import Glibc
@@ -18,6 +19,7 @@ final class ChannelRun {
     private var stopping = false
     private var bridgeFailed = false
     private var statusLineShown = false
+    private var statusFailureReported = false
     private let interactive = isatty(1) != 0
 
     init(configuration: ChannelConfiguration, bridges: [BridgeSpec], persist: Bool, statusPath: String?, debug: Bool,
@@ -32,6 +34,10 @@ final class ChannelRun {
     }
 
     func run() -> Int32 {
+        if let statusPath, ChannelRun.isSymbolicLink(statusPath) {
+            error("pppbridge: \(statusPath) is a symbolic link, which is not written through")
+            return RunCommand.Status.openFailed
+        }
         let loop: EventLoop
         do { loop = try EventLoop() } catch let e {
             error("pppbridge: \(e)")
@@ -154,30 +160,60 @@ final class ChannelRun {
 
     private func writeStatus(_ channel: Channel) {
         guard let statusPath else { return }
-        let text = ChannelRun.json(channel.status)
-        let temporary = statusPath + ".tmp"
-        guard let f = fopen(temporary, "w") else { return }
-        fputs(text, f)
-        fclose(f)
-        rename(temporary, statusPath)
+        do {
+            try ChannelRun.writeStatusFile(ChannelRun.json(channel.status), to: statusPath)
+        } catch let e {
+            // Said once; the next tick tries again (a disk that filled may have room later).
+            if !statusFailureReported { error("pppbridge: status file: \(e)") }
+            statusFailureReported = true
+        }
     }
 
-    /// The status as one JSON object (written by hand: the shape is ours and small).
+    /// Replaces `path` with `text` through `path.tmp` (created 0600 without following a link)
+    /// and a rename, so a reader never sees half a status. `path` itself may not be a link.
+    static func writeStatusFile(_ text: String, to path: String) throws(CaptureError) {
+        if isSymbolicLink(path) { throw CaptureError("\(path) is a symbolic link, which is not written through") }
+        let temporary = path + ".tmp"
+        let file = try CaptureFile(path: temporary)
+        let written = file.write(Array(text.utf8))
+        file.close()
+        guard written else { throw CaptureError("\(temporary): \(file.stopReason ?? "not written")") }
+        guard rename(temporary, path) == 0 else { throw CaptureError("\(path): \(String(cString: strerror(errno)))") }
+    }
+
+    static func isSymbolicLink(_ path: String) -> Bool {
+        var st = stat()
+        return lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFLNK
+    }
+
+    /// The status as one JSON object. Peer text reaches it (a close reason carries what the
+    /// terminal sent), so it goes through JSONSerialization, which escapes every string.
     static func json(_ s: ChannelStatus) -> String {
-        func quote(_ v: String) -> String { "\"" + v.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\"" }
-        func traffic(_ t: TrafficCounters) -> String {
-            "\"connections\": \(t.connections), \"active\": \(t.active), \"bytes_to_terminal\": \(t.bytesToTerminal), \"bytes_to_host\": \(t.bytesToHost), \"failures\": \(t.failures)"
+        func traffic(_ t: TrafficCounters) -> [String: Any] {
+            ["connections": t.connections, "active": t.active, "bytes_to_terminal": t.bytesToTerminal,
+             "bytes_to_host": t.bytesToHost, "failures": t.failures]
         }
-        var fields = ["\"state\": \(quote(s.state.rawValue))"]
+        var object: [String: Any] = [
+            "state": s.state.rawValue,
+            "bridges": s.bridges.map { b in traffic(b.traffic).merging(["kind": b.kind.rawValue, "port": Int(b.port)]) { $1 } },
+            "line_bytes_in": s.lineBytesIn, "line_bytes_out": s.lineBytesOut,
+            "frames_dropped": s.framesDropped, "opens": s.opens,
+        ]
         if let a = s.addresses {
-            fields.append("\"ip\": \(quote(a.ip.description)), \"submask\": \(quote(a.submask.description)), \"dns\": \(a.dns.map { quote($0.description) } ?? "null"), \"terminal_ip\": \(quote(a.terminalIP.description))")
+            object["ip"] = a.ip.description
+            object["submask"] = a.submask.description
+            object["dns"] = a.dns.map { $0.description as Any } ?? NSNull()
+            object["terminal_ip"] = a.terminalIP.description
         }
-        let bridges = s.bridges.map { "{\"kind\": \(quote($0.kind.rawValue)), \"port\": \($0.port), \(traffic($0.traffic))}" }
-        fields.append("\"bridges\": [\(bridges.joined(separator: ", "))]")
-        if let p = s.proxy { fields.append("\"proxy\": {\(traffic(p)), \"refused\": \(s.proxyRefusals)}") }
-        fields.append("\"line_bytes_in\": \(s.lineBytesIn), \"line_bytes_out\": \(s.lineBytesOut), \"frames_dropped\": \(s.framesDropped), \"opens\": \(s.opens)")
-        if let r = s.lastCloseReason { fields.append("\"last_close_reason\": \(quote(r.description))") }
-        return "{" + fields.joined(separator: ", ") + "}\n"
+        if let p = s.proxy { object["proxy"] = traffic(p).merging(["refused": s.proxyRefusals]) { $1 } }
+        if let r = s.lastCloseReason { object["last_close_reason"] = r.description }
+        return encode(object)
+    }
+
+    /// `object` as JSON text and a newline; keys sorted so the file reads the same each time.
+    static func encode(_ object: [String: Any]) -> String {
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return "{}\n" }
+        return String(decoding: data, as: UTF8.self) + "\n"
     }
 }
 

@@ -3,23 +3,26 @@ import Foundation
 import Framing
 import PPP
 
-/// `pppbridge decode FILE [--pcap OUT.pcap] [--pcap-linktype ppp|ppp-with-dir] [--show-password]`
+/// `pppbridge decode FILE [--pcap OUT.pcap] [--pcap-linktype ppp|ppp-with-dir] [--show-password] [--capture-secrets]`
 struct DecodeCommand {
     var output: (String) -> Void
     var error: (String) -> Void
 
     static let usage = """
     usage: pppbridge decode FILE [--pcap OUT.pcap] [--pcap-linktype ppp|ppp-with-dir] [--show-password]
+                            [--capture-secrets]
 
     Prints one line per PPP frame of FILE, in pppd's debug-log style:
         #NUMBER TIME [sent|rcvd] [VIA] [PROTOCOL ...]
     NUMBER is tshark's frame number (the pcap record, or the frame of a pppd record file);
     TIME is seconds since the first record; sent/rcvd appear where the capture keeps a
-    direction; VIA names the tunnels that carried the frame (PPPoE, GRE, L2TP).
-    Counts of bad, aborted and malformed frames close the output.
+    direction; VIA names the tunnels that carried the frame (VLAN, PPPoE, GRE, L2TP).
+    Counts of bad, aborted and malformed frames close the output, and records whose time
+    stamp was out of range (read normalised) are counted.
 
     FILE may be:
-      a pcap file (read with libpcap) of link type 1 (Ethernet: PPPoE sessions, PPTP GRE),
+      a pcap file (read with libpcap) of link type 1 (Ethernet, VLAN-tagged or not: PPPoE
+        sessions, PPTP GRE and L2TP over IPv4 or IPv6, IP-in-IP tunnels included),
         9 (PPP), 50 (PPP in HDLC-like framing) or 204 (PPP with a direction byte);
       a pppd `record` file: the raw async line both ways, de-framed here with FCS checks.
 
@@ -29,6 +32,8 @@ struct DecodeCommand {
                             packet, decoded by every tool but without direction;
                             ppp-with-dir (204): the same after a byte that keeps the direction
       --show-password       print PAP passwords (hidden by default, as pppd does)
+      --capture-secrets     write PAP passwords into OUT.pcap as they were (by default each
+                            password byte is written as '*')
 
     Exit status: 0 when the file was read (bad frames are counted, not fatal), 2 when it
     could not be read or the arguments are wrong.
@@ -39,6 +44,7 @@ struct DecodeCommand {
         var pcapPath: String?
         var linkType = LinkType.ppp
         var showPassword = false
+        var captureSecrets = false
         var it = arguments.makeIterator()
         while let a = it.next() {
             switch a {
@@ -56,6 +62,8 @@ struct DecodeCommand {
                 }
             case "--show-password":
                 showPassword = true
+            case "--capture-secrets":
+                captureSecrets = true
             default:
                 if a.hasPrefix("-") { return usageError("unknown option \(a)") }
                 guard path == nil else { return usageError("one FILE at a time") }
@@ -74,7 +82,7 @@ struct DecodeCommand {
         var writer: PcapWriter?
         if let pcapPath {
             do {
-                writer = try PcapWriter(path: pcapPath, linkType: linkType)
+                writer = try PcapWriter(path: pcapPath, linkType: linkType, masking: captureSecrets ? nil : SecretMasker())
             } catch let e {
                 error("pppbridge: \(e)")
                 return CommandLineTool.Status.usage
@@ -136,6 +144,9 @@ public struct DecodeReport {
             let name = LinkType(rawValue: linkType)?.name ?? "?"
             out.append("summary: pcap link type \(linkType) (\(name)), \(t.records) records, \(t.frames.count) PPP frames, "
                 + "\(t.notes.count) PPPoE discovery, \(t.recordsWithoutPPP) records without PPP")
+            if t.recordsWithAdjustedTime > 0 {
+                out.append("time stamps: \(t.recordsWithAdjustedTime) records with microseconds out of range, read normalised")
+            }
             out.append("errors: \(malformed) malformed packets, \(t.problems.count) unreadable headers")
         case .pppdRecord:
             let sent = t.frames.filter { $0.direction == .sent }.count

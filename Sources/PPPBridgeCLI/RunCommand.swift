@@ -9,6 +9,8 @@ import PPP
 struct RunCommand {
     var output: (String) -> Void
     var error: (String) -> Void
+    /// Where PPPBRIDGE_PASSWORD is looked up (the process's environment; tests give their own).
+    var environment: [String: String] = ProcessInfo.processInfo.environment
 
     static let usage = """
     usage: pppbridge run (--device PATH | --pty [--link PATH]) [options]
@@ -44,7 +46,10 @@ struct RunCommand {
     authentication:
       --require-pap | --require-chap   the peer must authenticate (PAP, or CHAP-MD5)
       --peer NAME:SECRET     credentials the peer may authenticate with (repeatable)
+      --peer-file PATH       the same, one NAME:SECRET per line, from a file (not in argv)
       --user NAME --password SECRET   what we authenticate with when the peer asks
+      --password-file PATH   the password from a file (its trailing newline dropped); without
+                             either, --user takes PPPBRIDGE_PASSWORD from the environment
       --name NAME            our name in CHAP challenges (default pppbridge)
     bridges and proxy (the ICPPP channel; our own TCP/IP stack):
       --bridge KIND:PORT     host:PORT   listen on every host interface, connect each client
@@ -58,6 +63,7 @@ struct RunCommand {
       --no-socks             no proxy
       --socks-allow HOST:PORT  only these destinations (repeatable)
       --socks-user NAME:PASSWORD  SOCKS5 must authenticate (RFC 1929; repeatable)
+      --socks-user-file PATH the same, one NAME:PASSWORD per line, from a file
       --keepalive IDLE,INTERVAL,COUNT  TCP keep-alive for the proxy's outbound sockets:
                              idle seconds before the first probe, seconds between probes,
                              unanswered probes before the connection is dropped
@@ -85,6 +91,11 @@ struct RunCommand {
       --debug                print every control packet as pppd does (sent [...] / rcvd [...])
       --pcap FILE            write every frame to a pcap (link type 204, with direction)
       --record FILE          write the raw line both ways in pppd's record format
+                             (captures and the status file are created 0600 and never
+                             written through a symbolic link)
+      --capture-secrets      keep PAP and SOCKS5 passwords in the captures; by default each
+                             password byte is written as '*' (lengths and checksums kept)
+      --capture-limit MIB    stop each capture at this size (default 256)
 
     Exit status: 0 closed on request; 2 bad usage; 7 the line (or a capture file, or a
     --bridge) could not be opened;
@@ -131,6 +142,8 @@ struct RunCommand {
         var rearm = false
         var persist = false
         var statusPath: String?
+        var captureSecrets = false
+        var captureLimit = CaptureFile.defaultLimit
 
         var it = ArgumentCursor(arguments)
         func value(_ flag: String) -> String? {
@@ -153,6 +166,25 @@ struct RunCommand {
                 return nil
             }
             return n
+        }
+        func secretFile(_ path: String) -> String? {
+            switch SecretSource.read(path) {
+            case let .success(file):
+                if let w = file.warning { error("pppbridge run: warning: \(w)") }
+                return file.text
+            case let .failure(e):
+                error("pppbridge run: \(e)")
+                return nil
+            }
+        }
+        func secretPairs(_ path: String) -> [(name: String, secret: String)]? {
+            guard let text = secretFile(path) else { return nil }
+            switch SecretSource.pairs(text, path: path) {
+            case let .success(pairs): return pairs
+            case let .failure(e):
+                error("pppbridge run: \(e)")
+                return nil
+            }
         }
         let usage = CommandLineTool.Status.usage
         while let a = it.next() {
@@ -213,6 +245,21 @@ struct RunCommand {
                 auth.peers.append(Credentials(name: String(v[..<colon]), secret: String(v[v.index(after: colon)...])))
             case "--user": guard let v = value(a) else { return usage }; user = v
             case "--password": guard let v = value(a) else { return usage }; password = v
+            case "--password-file":
+                guard let v = value(a), let text = secretFile(v) else { return usage }
+                password = text
+            case "--peer-file":
+                guard let v = value(a), let pairs = secretPairs(v) else { return usage }
+                auth.peers += pairs.map { Credentials(name: $0.name, secret: $0.secret) }
+            case "--socks-user-file":
+                guard let v = value(a), let pairs = secretPairs(v) else { return usage }
+                for p in pairs { socksUsers[p.name] = p.secret }
+            case "--capture-secrets": captureSecrets = true
+            case "--capture-limit":
+                guard let n = number(a), (1...(1 << 20)).contains(n) else {
+                    error("pppbridge run: --capture-limit takes MiB, 1–1048576"); return usage
+                }
+                captureLimit = n * 1024 * 1024
             case "--name": guard let v = value(a) else { return usage }; auth.localName = v
             case "--debug": debug = true
             case "--pcap": guard let v = value(a) else { return usage }; pcapPath = v
@@ -296,6 +343,7 @@ struct RunCommand {
             error("pppbridge run: --require-pap/--require-chap need at least one --peer NAME:SECRET")
             return usage
         }
+        if user != nil && password == nil { password = environment[SecretSource.passwordVariable] }
         if (user == nil) != (password == nil) { error("pppbridge run: --user and --password go together"); return usage }
         // PAP and CHAP carry names and secrets behind one-byte lengths.
         let credentials = [user, password].compactMap { $0 } + auth.peers.flatMap { [$0.name, $0.secret] } + [auth.localName]
@@ -345,6 +393,8 @@ struct RunCommand {
             c.services = services
             c.pcapPath = pcapPath
             c.recordPath = recordPath
+            c.captureSecrets = captureSecrets
+            c.captureLimit = captureLimit
             c.rearmBridgesOnReopen = rearm
             c.frameLoss = frameLoss
             if let pingTarget {
@@ -373,8 +423,14 @@ struct RunCommand {
         var pcap: PcapWriter?
         var record: PPPDRecordWriter?
         do {
-            if let pcapPath { pcap = try PcapWriter(path: pcapPath, linkType: .pppWithDirection) }
-            if let recordPath { record = try PPPDRecordWriter(path: recordPath, startTime: Int64(Date().timeIntervalSince1970)) }
+            let masking = captureSecrets ? nil : SecretMasker()
+            if let pcapPath {
+                pcap = try PcapWriter(path: pcapPath, linkType: .pppWithDirection, masking: masking, limit: captureLimit, onStop: error)
+            }
+            if let recordPath {
+                record = try PPPDRecordWriter(path: recordPath, startTime: Int64(Date().timeIntervalSince1970), masking: masking,
+                                              limit: captureLimit, onStop: error)
+            }
         } catch let e {
             error("pppbridge: \(e)")
             return RunCommand.Status.openFailed
