@@ -65,6 +65,9 @@ final class Bridges: StackApplication {
         let spec: BridgeSpec
         var listener: Int32 = -1
         let counters = Relay.Counter()
+        var backoff = AcceptBackoff()
+        /// While set, the listener is not watched (see `AcceptBackoff`).
+        var backoffTimer: Int?
         init(_ spec: BridgeSpec) { self.spec = spec }
     }
 
@@ -72,10 +75,16 @@ final class Bridges: StackApplication {
     private weak var host: StackAttachment?
     private var bridges: [Bridge] = []
     private let relays: RelayTable
+    /// Connections one bridge carries at once: each holds a host descriptor and buffers. A
+    /// host client beyond it is reset here; a terminal's SYN beyond it, by our stack.
+    let connectionLimit: Int
+    /// Times a host listener rested because accept(2) ran out of descriptors.
+    private(set) var acceptBackoffs = 0
     var log: (String) -> Void = { _ in }
 
-    init(loop: EventLoop) {
+    init(loop: EventLoop, connectionLimit: Int = 64) {
         self.loop = loop
+        self.connectionLimit = connectionLimit
         relays = RelayTable(loop: loop)
     }
 
@@ -122,13 +131,15 @@ final class Bridges: StackApplication {
             }
         case .terminalToHost:
             guard !stack.listeningPorts.contains(spec.port) else { throw .initialisationFailed }
-            do { try host.listen(port: spec.port, for: self) } catch { throw .initialisationFailed }
+            // Our stack resets a terminal's SYN beyond the limit (counted as `tcpListenRefused`).
+            do { try host.listen(port: spec.port, for: self, maximumConnections: connectionLimit) } catch { throw .initialisationFailed }
         }
         bridges.append(b)
         log("bridge \(spec.kind) on port \(spec.port)")
     }
 
-    /// Removes a bridge: no new connections; those it carries run to their end.
+    /// Removes a bridge: no new connections; those it carries run to their end. On our stack
+    /// the port stops listening, and handshakes not yet handed to us are the stack's to abort.
     func remove(_ spec: BridgeSpec) -> Bool {
         guard let i = bridges.firstIndex(where: { $0.spec == spec }) else { return false }
         let b = bridges.remove(at: i)
@@ -138,6 +149,8 @@ final class Bridges: StackApplication {
     }
 
     private func closeListener(_ b: Bridge) {
+        if let t = b.backoffTimer { loop.cancelTimer(t) }
+        b.backoffTimer = nil
         guard b.listener >= 0 else { return }
         loop.unregister(b.listener)
         Glibc.close(b.listener)
@@ -147,15 +160,44 @@ final class Bridges: StackApplication {
     /// A host client: open the same port on the terminal through our stack.
     private func acceptHost(_ b: Bridge, terminal: TCPEndpoint) {
         let now = loop.now
-        while let (fd, _) = HostSocket.accept(b.listener) {
-            guard let host, let id = try? host.connect(to: terminal, for: self, now: now) else {
-                b.counters.value.failures += 1
-                HostSocket.closeWithReset(fd)
-                continue
+        accepting: while b.listener >= 0 {
+            switch HostSocket.accept(b.listener) {
+            case .none:
+                break accepting
+            case .outOfResources:
+                rest(b, now: now)
+                break accepting
+            case let .client(fd, _):
+                b.backoff.succeeded()
+                // Beyond the limit the client is reset at once rather than left in the kernel's
+                // queue, where it would keep the listener readable.
+                guard b.counters.value.active < connectionLimit else {
+                    b.counters.value.refused += 1
+                    HostSocket.closeWithReset(fd)
+                    continue
+                }
+                guard let host, let id = try? host.connect(to: terminal, for: self, now: now) else {
+                    b.counters.value.failures += 1
+                    HostSocket.closeWithReset(fd)
+                    continue
+                }
+                relays.add(Relay(id: id, fd: fd, counters: b.counters, hostConnected: true, stackEstablished: false))
             }
-            relays.add(Relay(id: id, fd: fd, counters: b.counters, hostConnected: true, stackEstablished: false))
         }
         host?.serve(now: now)
+    }
+
+    /// Stops watching `b`'s listener for its back-off, then watches it again.
+    private func rest(_ b: Bridge, now: Instant) {
+        let pause = b.backoff.failed()
+        acceptBackoffs += 1
+        log("bridge \(b.spec): out of descriptors, not accepting for \(pause)")
+        loop.setInterest(b.listener, 0)
+        b.backoffTimer = loop.schedule(at: now + pause) { [weak self, weak b] in
+            guard let self, let b, b.listener >= 0 else { return }
+            b.backoffTimer = nil
+            self.loop.setInterest(b.listener, EPOLLIN.rawValue)
+        }
     }
 
     /// A terminal client: open the same port on the host's loopback.
@@ -178,7 +220,7 @@ final class Bridges: StackApplication {
     func report() -> [String] {
         bridges.map { b in
             let t = b.counters.value
-            return "bridge \(b.spec): connections \(t.connections) (\(t.active) open), to terminal \(t.bytesToTerminal) B, to host \(t.bytesToHost) B, failures \(t.failures)"
-        }
+            return "bridge \(b.spec): connections \(t.connections) (\(t.active) open), to terminal \(t.bytesToTerminal) B, to host \(t.bytesToHost) B, failures \(t.failures), refused at the limit of \(connectionLimit) \(t.refused)"
+        } + (acceptBackoffs > 0 ? ["bridges: accept ran out of descriptors \(acceptBackoffs) times"] : [])
     }
 }

@@ -31,6 +31,19 @@ public struct ChannelConfiguration: Sendable {
     public var dnsUpstream: TCPEndpoint?
     /// Diagnostic services on our PPP address.
     public var services: [DiagnosticService] = []
+    /// The line's output queue: IP packets beyond it are dropped and the line is not read
+    /// until it drains (see `LinkSession.lineQueueLimit`).
+    public var lineQueueLimit = 256 * 1024
+    /// Connections one bridge carries at once; more are refused (counted in `refused`).
+    public var bridgeConnectionLimit = 64
+    /// Connections our stack holds at once, half-open ones included; SYNs beyond it are dropped.
+    public var stackConnectionLimit = 256
+    /// A connection of the bridges, the proxy or the services whose data the terminal has not
+    /// acknowledged for this long is aborted, and a host socket it is relayed to reset (RFC
+    /// 9293 §3.8.3, RFC 5482). Persist probes (§3.8.6.1) go on for as long as the terminal
+    /// answers them: without this, a terminal holding its window shut keeps the connection,
+    /// its buffers and the host descriptor for the life of the link. nil: `tcp.userTimeout`.
+    public var connectionUserTimeout: Duration? = .seconds(120)
     public var pcapPath: String?
     public var recordPath: String?
     /// Write PAP and SOCKS5 passwords into the captures as they were (see `SecretMasker` for
@@ -138,6 +151,12 @@ public struct ChannelStatus: Sendable, Equatable {
     public var lineBytesIn: Int
     public var lineBytesOut: Int
     public var framesDropped: Int
+    /// The line's output queue (zero while no link runs).
+    public var lineQueue: LineQueueCounters
+    /// Host listeners paused after accept ran out of descriptors (EMFILE, ENFILE).
+    public var acceptBackoffs: Int
+    /// Terminal SYNs our stack reset because their port (a bridge, the proxy) was at its limit.
+    public var listenRefusals: Int
     public var opens: Int
     public var lastCloseReason: ChannelCloseReason?
 }
@@ -331,8 +350,10 @@ public final class Channel: @unchecked Sendable {
         let attachment = StackAttachment(services: configuration.services, tcp: configuration.tcp, seed: seed &+ 1) { [weak self] text in
             self?.log(text)
         }
+        attachment.maximumConnections = configuration.stackConnectionLimit
+        attachment.connectionUserTimeout = configuration.connectionUserTimeout
         if let ping = configuration.ping { attachment.ping(ping.target, count: ping.count) }
-        let bridges = Bridges(loop: loop)
+        let bridges = Bridges(loop: loop, connectionLimit: configuration.bridgeConnectionLimit)
         bridges.log = { [weak self] in self?.log($0) }
         attachment.add(bridges)
         if let s = configuration.socks {
@@ -354,6 +375,7 @@ public final class Channel: @unchecked Sendable {
             self?.linkEvent(event)
         }
         session.report = { [weak self] in self?.log($0) }
+        session.lineQueueLimit = configuration.lineQueueLimit
         session.closeWhenAttachmentFinished = configuration.ping != nil && configuration.closeAfterPing
         session.onDown = { [weak self] reason in self?.linkDown(reason) }
         self.attachment = attachment
@@ -485,11 +507,18 @@ public final class Channel: @unchecked Sendable {
             let lineBytes = session.map { ($0.lineBytesIn, $0.lineBytesOut) } ?? lastLineBytes
             return ChannelStatus(state: state, addresses: addresses, bridges: bridges?.status ?? [], proxy: socks?.counters.value,
                                  proxyRefusals: socks?.refusals ?? 0, lineBytesIn: lineBytes.0, lineBytesOut: lineBytes.1,
-                                 framesDropped: session?.link.decoder.counters.droppedFrames ?? 0, opens: opens,
+                                 framesDropped: session?.link.decoder.counters.droppedFrames ?? 0,
+                                 lineQueue: session?.lineQueue ?? LineQueueCounters(), acceptBackoffs: bridges?.acceptBackoffs ?? 0,
+                                 listenRefusals: attachment?.stack?.counters.tcpListenRefused ?? 0, opens: opens,
                                  lastCloseReason: lastCloseReason)
         }
     }
 
     /// The stack's and applications' counters, as lines for a person.
-    public func report() -> [String] { loop.sync { attachment?.report() ?? ["channel \(state.rawValue)"] } }
+    public func report() -> [String] {
+        loop.sync {
+            guard let attachment, let session else { return ["channel \(state.rawValue)"] }
+            return attachment.report() + [session.lineQueue.description]
+        }
+    }
 }

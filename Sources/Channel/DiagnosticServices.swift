@@ -20,6 +20,7 @@ public final class DiagnosticServices: StackApplication {
         var chargenOffset = 0
         /// Daytime: the time was sent and our direction closed.
         var greeted = false
+        /// Echo, discard, daytime: the caller's FIN was seen and our close sent.
         var peerDone = false
     }
 
@@ -106,14 +107,11 @@ public final class DiagnosticServices: StackApplication {
                 host.stack!.close(id, now: now)
             }
         case .chargen:
+            // RFC 864: the data goes on until the caller closes. Its FIN only says it sends
+            // nothing more (`nc HOST 19 < /dev/null` half-closes at once), so we go on; the
+            // reset its kernel answers after a close, or the user timeout of a caller that
+            // stops reading, ends the session (the `.closed` event).
             while !host.stack!.read(id, now: now).isEmpty {}
-            if host.stack!.atEndOfStream(id) {
-                if !s.peerDone {
-                    s.peerDone = true
-                    host.stack!.close(id, now: now)
-                }
-                return
-            }
             // The rest of a line the send buffer could not take waits in `pending`, so the
             // pattern stays exact however the writes are cut.
             while true {

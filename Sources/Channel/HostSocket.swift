@@ -24,6 +24,27 @@ public struct KeepAliveSettings: Sendable, Equatable, CustomStringConvertible {
     public var description: String { "idle \(idleSeconds) s, interval \(probeIntervalSeconds) s, count \(probeCount)" }
 }
 
+/// How long a listener rests after accept(2) ran out of descriptors (EMFILE, ENFILE): the
+/// client stays in the kernel's queue, so the listener stays readable and watching it would
+/// spin the loop until a descriptor is freed. 100 ms, doubling to 2 s; a client taken resets it.
+struct AcceptBackoff: Sendable, Equatable {
+    static let initial: Duration = .milliseconds(100)
+    static let maximum: Duration = .seconds(2)
+    private(set) var next = AcceptBackoff.initial
+    /// Times the listener was rested.
+    private(set) var count = 0
+
+    /// Another failure: how long to stop watching the listener.
+    mutating func failed() -> Duration {
+        let pause = next
+        next = min(next * 2, AcceptBackoff.maximum)
+        count += 1
+        return pause
+    }
+
+    mutating func succeeded() { next = AcceptBackoff.initial }
+}
+
 /// Thin typed wrappers over the socket calls the channel makes on the host side.
 enum HostSocket {
     static func address(_ endpoint: TCPEndpoint) -> sockaddr_in {
@@ -66,8 +87,16 @@ enum HostSocket {
         return fd
     }
 
-    /// The next pending client, non-blocking; nil when there is none.
-    static func accept(_ listener: Int32) -> (Int32, TCPEndpoint)? {
+    enum Accepted {
+        case client(Int32, TCPEndpoint)
+        /// No client now (or one that went away before we took it: the next turn tries again).
+        case none
+        /// The process or system is out of descriptors or memory; the client stays queued.
+        case outOfResources
+    }
+
+    /// The next pending client, non-blocking.
+    static func accept(_ listener: Int32) -> Accepted {
         var a = sockaddr_in()
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let fd = withUnsafeMutablePointer(to: &a) {
@@ -75,8 +104,13 @@ enum HostSocket {
                 retryingOnInterrupt { accept4(listener, p, &length, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)) }
             }
         }
-        guard fd >= 0 else { return nil }
-        return (fd, endpoint(a))
+        guard fd >= 0 else {
+            switch errno {
+            case EMFILE, ENFILE, ENOBUFS, ENOMEM: return .outOfResources
+            default: return .none
+            }
+        }
+        return .client(fd, endpoint(a))
     }
 
     /// Starts a non-blocking connect; the socket reports writable when it finished (check `pendingError`).

@@ -29,8 +29,21 @@ public final class LinkSession: LoopClient {
     /// Lines for a person (counters on SIGUSR1).
     public var report: (String) -> Void = { _ in }
     public private(set) var ipPacketsDropped = 0
-    /// The line's output queue is not filled beyond this from the attachment's sources.
+    /// The line's output queue is not filled beyond this by IP packets: one that does not fit
+    /// is dropped (TCP retransmits, as behind any full router queue) and the line is not read
+    /// until the queue is back under half of it, so a peer that floods us with requests and
+    /// never reads the answers backs up in its own line, not in our memory.
     public var lineQueueLimit = 256 * 1024
+    /// Control frames (LCP, IPCP, echo replies) may go this far beyond the limit: they are few
+    /// and keep the link alive; past it they are dropped too (their own timers resend them).
+    public var lineQueueControlReserve = 16 * 1024
+    /// What the output queue held and dropped (`queued` is kept current by `lineQueue`).
+    private var queueCounters = LineQueueCounters()
+    public var lineQueue: LineQueueCounters {
+        var c = queueCounters
+        c.queued = queuedBytes
+        return c
+    }
     /// Called once, on the loop, when the link is down and the session has let go of the loop.
     public var onDown: ((LinkDownReason) -> Void)?
     public private(set) var downReason: LinkDownReason?
@@ -42,6 +55,10 @@ public final class LinkSession: LoopClient {
     private var closeDeadline: Instant?
     private var watchingOutput = false
     private var watchingAttachment = true
+    /// The line is not read while its output queue is full (see `lineQueueLimit`).
+    private var readPaused = false
+    /// An IP packet did not fit in the queue since the interest was last set.
+    private var overflowed = false
     private var readBuffer = [UInt8](repeating: 0, count: 65536)
 
     public init(line: SerialLine, link: PPPLink, pcap: PcapWriter? = nil, record: PPPDRecordWriter? = nil,
@@ -116,6 +133,7 @@ public final class LinkSession: LoopClient {
     /// Prints the attachment's counters (SIGUSR1).
     public func printReport() {
         for text in attachment?.report() ?? [] { report(text) }
+        report(lineQueue.description)
     }
 
     private var queuedBytes: Int { pending.count - pendingStart }
@@ -148,9 +166,17 @@ public final class LinkSession: LoopClient {
     private func updateInterest() {
         guard let loop else { return }
         let wantOutput = queuedBytes > 0
-        if wantOutput != watchingOutput {
-            loop.setInterest(line.descriptor, EPOLLIN.rawValue | (wantOutput ? EPOLLOUT.rawValue : 0))
+        // Full: a packet did not fit, or control frames took the queue to the limit. Reading
+        // resumes only once half the limit has drained, so a flood is not let in again a frame
+        // at a time (and a paused line always has output to wait for).
+        let full = overflowed || queuedBytes >= lineQueueLimit
+        overflowed = false
+        let pause = queuedBytes > lineQueueLimit / 2 && (readPaused || full)
+        if wantOutput != watchingOutput || pause != readPaused {
+            if pause && !readPaused { queueCounters.readPauses += 1 }
+            loop.setInterest(line.descriptor, (pause ? 0 : EPOLLIN.rawValue) | (wantOutput ? EPOLLOUT.rawValue : 0))
             watchingOutput = wantOutput
+            readPaused = pause
         }
         // Back-pressure: a fast source (the kernel through TUN) waits while the line is behind.
         let wantAttachment = queuedBytes < lineQueueLimit
@@ -201,29 +227,28 @@ public final class LinkSession: LoopClient {
         if events & EPOLLOUT.rawValue != 0 { flushPending(now: now) }
     }
 
+    /// Reads one buffer per turn: what it makes us send is queued, and counted against the
+    /// limit, before more is read (the descriptor is level-triggered, so the rest waits).
     private func readLine(now: Instant) {
-        while true {
-            let n: Int?
-            do {
-                n = try readAvailable(line.descriptor, into: &readBuffer)
-            } catch {
-                // EIO: the other side of a pty went away, or the device vanished.
-                link.lineDown(now: now)
-                return
-            }
-            guard let count = n else { return }
-            if count == 0 {
-                link.lineDown(now: now)
-                return
-            }
-            line.peerAttached()
-            lineBytesIn += count
-            var chunk = Array(readBuffer[0..<count])
-            record?.record(.received, chunk, elapsedTenths: tenths(now))
-            if inboundLoss != nil { chunk = inboundLoss!.filter(chunk) }
-            link.receive(chunk, now: now)
-            if count < readBuffer.count { return }
+        let n: Int?
+        do {
+            n = try readAvailable(line.descriptor, into: &readBuffer)
+        } catch {
+            // EIO: the other side of a pty went away, or the device vanished.
+            link.lineDown(now: now)
+            return
         }
+        guard let count = n else { return }
+        if count == 0 {
+            link.lineDown(now: now)
+            return
+        }
+        line.peerAttached()
+        lineBytesIn += count
+        var chunk = Array(readBuffer[0..<count])
+        record?.record(.received, chunk, elapsedTenths: tenths(now))
+        if inboundLoss != nil { chunk = inboundLoss!.filter(chunk) }
+        link.receive(chunk, now: now)
     }
 
     private func drain(now: Instant) {
@@ -248,11 +273,34 @@ public final class LinkSession: LoopClient {
         let packets = link.takeReceivedIPPackets()
         if let a = attachment {
             for p in packets { a.receive(packet: p, now: now) }
-            for p in a.takeOutgoing(now: now) where !link.send(ipPacket: p, now: now) { ipPacketsDropped += 1 }
         } else {
             ipPacketsDropped += packets.count
         }
+        // Control frames first, within the reserve; then IP packets while the queue has room.
         var out = link.takeTransmit()
+        if queuedBytes + out.count > lineQueueLimit + lineQueueControlReserve {
+            queueCounters.droppedControlBytes += out.count
+            out.removeAll()
+        }
+        if let a = attachment {
+            var room = lineQueueLimit - queuedBytes - out.count
+            for p in a.takeOutgoing(now: now) {
+                // Decided before the packet is framed (and VJ-compressed): a drop here is like a
+                // frame lost on the line. Escapes can add a little beyond the limit.
+                guard p.count <= room else {
+                    queueCounters.droppedPackets += 1
+                    overflowed = true
+                    continue
+                }
+                guard link.send(ipPacket: p, now: now) else {
+                    ipPacketsDropped += 1
+                    continue
+                }
+                let frame = link.takeTransmit()
+                room -= frame.count
+                out += frame
+            }
+        }
         if !out.isEmpty {
             if outboundLoss != nil { out = outboundLoss!.filter(out) }
             record?.record(.sent, out, elapsedTenths: tenths(now))
@@ -261,6 +309,7 @@ public final class LinkSession: LoopClient {
                 pendingStart = 0
             }
             pending += out
+            queueCounters.peak = max(queueCounters.peak, queuedBytes)
             flushPending(now: now)
         }
         if let pcap {
@@ -299,6 +348,23 @@ public final class LinkSession: LoopClient {
         var tv = timeval()
         gettimeofday(&tv, nil)
         return CaptureTime(seconds: Int64(tv.tv_sec), microseconds: Int32(tv.tv_usec))
+    }
+}
+
+/// The line's output queue: what it holds now, the most it held, and what it dropped.
+public struct LineQueueCounters: Sendable, Equatable, CustomStringConvertible {
+    public var queued = 0
+    public var peak = 0
+    /// IP packets dropped because the queue was over its limit.
+    public var droppedPackets = 0
+    /// Bytes of control frames dropped because the queue was over its limit and reserve.
+    public var droppedControlBytes = 0
+    /// Times reading the line was paused until the queue drained.
+    public var readPauses = 0
+    public init() {}
+
+    public var description: String {
+        "line queue \(queued) B (peak \(peak) B), dropped \(droppedPackets) packets and \(droppedControlBytes) control bytes, reading paused \(readPauses) times"
     }
 }
 

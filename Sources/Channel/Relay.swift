@@ -11,6 +11,9 @@ public struct TrafficCounters: Sendable, Equatable {
     public var bytesToHost = 0
     /// Connections that could not be made (refused, unreachable) or ended in a reset.
     public var failures = 0
+    /// Host clients refused because as many connections as allowed were open already (a
+    /// terminal's beyond the limit are refused by our stack: `ChannelStatus.listenRefusals`).
+    public var refused = 0
     public init() {}
 }
 

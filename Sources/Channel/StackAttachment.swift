@@ -50,6 +50,11 @@ public final class StackAttachment: NetworkAttachment {
     public internal(set) var stack: IPStack?
     public private(set) var result: IPCPResult?
     public let tcp: TCPConfiguration
+    /// Connections the stack holds at once, half-open ones included (nil: the stack's default).
+    public var maximumConnections: Int?
+    /// The user timeout of the connections applications accept and open (see
+    /// `ChannelConfiguration.connectionUserTimeout`); nil leaves `tcp.userTimeout`.
+    public var connectionUserTimeout: Duration?
     private let seed: UInt64
     private let output: (String) -> Void
     public private(set) var applications: [StackApplication] = []
@@ -94,10 +99,11 @@ public final class StackAttachment: NetworkAttachment {
 
     // MARK: What applications call
 
-    /// Listens on `port` for `owner`.
-    public func listen(port: UInt16, for owner: StackApplication) throws(StackError) {
+    /// Listens on `port` for `owner`, holding at most `maximumConnections` there at once (a SYN
+    /// beyond them is reset; nil: the stack's default per listener).
+    public func listen(port: UInt16, for owner: StackApplication, maximumConnections: Int? = nil) throws(StackError) {
         guard stack != nil else { throw StackError.tooManyConnections }
-        try stack!.listen(port: port)
+        try stack!.listen(port: port, maximumConnections: maximumConnections)
         portOwners[port] = owner
     }
 
@@ -110,6 +116,7 @@ public final class StackAttachment: NetworkAttachment {
     public func accept(port: UInt16, for owner: StackApplication) -> ConnectionID? {
         guard let id = stack?.accept(port: port) else { return nil }
         connectionOwners[id] = owner
+        if let t = connectionUserTimeout { stack?.setUserTimeout(id, t) }
         return id
     }
 
@@ -118,6 +125,7 @@ public final class StackAttachment: NetworkAttachment {
         guard stack != nil else { throw StackError.tooManyConnections }
         let id = try stack!.connect(to: remote, now: now)
         connectionOwners[id] = owner
+        if let t = connectionUserTimeout { stack?.setUserTimeout(id, t) }
         return id
     }
 
@@ -157,6 +165,7 @@ public final class StackAttachment: NetworkAttachment {
         var c = IPStackConfiguration(address: result.localAddress)
         c.mtu = mtu
         c.tcp = tcp
+        if let maximumConnections { c.maximumConnections = maximumConnections }
         // VJ compresses only headers whose TCP options repeat; timestamps change in every
         // segment, so with VJ on the link we do not offer them (RFC 1144 predates them).
         if result.transmitVJ != nil { c.tcp.timestamps = false }
@@ -207,7 +216,9 @@ public final class StackAttachment: NetworkAttachment {
 
     public func report() -> [String] {
         guard let stack else { return ["stack: link not up"] }
-        var lines = ["stack: " + stack.counters.description]
+        let counters = stack.counters
+        var lines = ["stack: " + counters.description,
+                     "stack: SYNs reset at a listener's limit \(counters.tcpListenRefused), dropped with the backlog or table full \(counters.tcpListenDrops)"]
         for id in stack.connectionIDs {
             if let c = stack.connection(id) {
                 lines.append("stack: \(id) \(c.local) <-> \(c.remote) \(c.state.rawValue) in \(c.counters.bytesReceived) out \(c.counters.bytesSent) retrans \(c.counters.retransmittedSegments)")

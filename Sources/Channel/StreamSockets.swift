@@ -161,6 +161,10 @@ public final class StreamListener {
     public let endpoint: TCPEndpoint
     private var onAccept: ((StreamConnection) -> Void)?
     private var closed = false
+    private var backoff = AcceptBackoff()
+    private var backoffTimer: Int?
+    /// Times the listener rested because accept(2) ran out of descriptors.
+    public var acceptBackoffs: Int { backoff.count }
 
     /// Listens on `endpoint` (port 0 picks a free one; `endpoint` then tells it).
     public init(on endpoint: TCPEndpoint, loop: EventLoop, onAccept: @escaping (StreamConnection) -> Void) throws(SystemError) {
@@ -178,19 +182,37 @@ public final class StreamListener {
     }
 
     private func acceptAll() {
-        while !closed, let (fd, peer) = HostSocket.accept(descriptor) {
-            let c = StreamConnection(loop: loop, descriptor: fd, peer: peer, connecting: false)
-            do throws(SystemError) { try c.register() } catch {
-                Glibc.close(fd)
-                continue
+        while !closed {
+            switch HostSocket.accept(descriptor) {
+            case .none:
+                return
+            case .outOfResources:
+                // See `AcceptBackoff`: rest instead of spinning on a listener that stays readable.
+                let pause = backoff.failed()
+                loop.setInterest(descriptor, 0)
+                backoffTimer = loop.schedule(at: loop.now + pause) { [weak self] in
+                    guard let self, !self.closed else { return }
+                    self.backoffTimer = nil
+                    self.loop.setInterest(self.descriptor, EPOLLIN.rawValue)
+                }
+                return
+            case let .client(fd, peer):
+                backoff.succeeded()
+                let c = StreamConnection(loop: loop, descriptor: fd, peer: peer, connecting: false)
+                do throws(SystemError) { try c.register() } catch {
+                    Glibc.close(fd)
+                    continue
+                }
+                onAccept?(c)
             }
-            onAccept?(c)
         }
     }
 
     public func close() {
         guard !closed else { return }
         closed = true
+        if let t = backoffTimer { loop.cancelTimer(t) }
+        backoffTimer = nil
         loop.unregister(descriptor)
         Glibc.close(descriptor)
         onAccept = nil

@@ -71,6 +71,15 @@ struct RunCommand {
                              handed out as its DNS server) to this resolver (default: the
                              first nameserver in /etc/resolv.conf)
       --no-dns-relay         do not relay DNS
+      --bridge-max-connections N  connections one bridge carries at once (default 64); more
+                             are reset at once
+      --max-connections N    connections our stack holds at once, half-open ones included
+                             (default 256)
+      --user-timeout S       abort a bridged, proxied or service connection whose data the
+                             terminal leaves unacknowledged for S seconds, a closed window
+                             included (default 120; 0: never)
+      --line-queue-limit N   bytes queued for the line beyond which IP packets are dropped
+                             and the line is not read until it drains (default 262144)
       --rearm                add the bridges again when the link comes back (with --persist)
       --persist              reopen the link when it goes down (until SIGINT/SIGTERM)
       --status-json FILE     write the channel's status as JSON every second and on SIGUSR2
@@ -140,6 +149,10 @@ struct RunCommand {
         var dnsUpstream: TCPEndpoint?
         var relayDNS = true
         var rearm = false
+        var bridgeConnectionLimit = 64
+        var stackConnectionLimit = 256
+        var userTimeout: Duration? = .seconds(120)
+        var lineQueueLimit = 256 * 1024
         var persist = false
         var statusPath: String?
         var captureSecrets = false
@@ -323,6 +336,22 @@ struct RunCommand {
                 dnsUpstream = TCPEndpoint(address, port)
             case "--no-dns-relay": relayDNS = false
             case "--rearm": rearm = true
+            case "--bridge-max-connections":
+                guard let n = number(a) else { return usage }
+                guard n > 0 else { error("pppbridge run: --bridge-max-connections takes at least 1"); return usage }
+                bridgeConnectionLimit = n
+            case "--max-connections":
+                guard let n = number(a) else { return usage }
+                guard n > 0 else { error("pppbridge run: --max-connections takes at least 1"); return usage }
+                stackConnectionLimit = n
+            case "--user-timeout":
+                guard let n = number(a) else { return usage }
+                guard n <= 86_400 else { error("pppbridge run: --user-timeout takes at most 86400 seconds"); return usage }
+                userTimeout = n == 0 ? nil : .seconds(n)
+            case "--line-queue-limit":
+                guard let n = number(a) else { return usage }
+                guard n >= 4096 else { error("pppbridge run: --line-queue-limit takes at least 4096 bytes"); return usage }
+                lineQueueLimit = n
             case "--persist": persist = true
             case "--status-json": guard let v = value(a) else { return usage }; statusPath = v
             default:
@@ -396,6 +425,10 @@ struct RunCommand {
             c.captureSecrets = captureSecrets
             c.captureLimit = captureLimit
             c.rearmBridgesOnReopen = rearm
+            c.bridgeConnectionLimit = bridgeConnectionLimit
+            c.stackConnectionLimit = stackConnectionLimit
+            c.connectionUserTimeout = userTimeout
+            c.lineQueueLimit = lineQueueLimit
             c.frameLoss = frameLoss
             if let pingTarget {
                 c.ping = (pingTarget, pingCount)
@@ -458,6 +491,7 @@ struct RunCommand {
             for text in RunCommand.describe(event, debug: debug) { output(text) }
         }
         session.report = output
+        session.lineQueueLimit = lineQueueLimit
         session.closeWhenAttachmentFinished = pingTarget != nil && services.isEmpty
         let reason: LinkDownReason
         do {
