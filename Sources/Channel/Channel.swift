@@ -148,6 +148,10 @@ public struct ChannelStatus: Sendable, Equatable {
     public var bridges: [BridgeStatus]
     public var proxy: TrafficCounters?
     public var proxyRefusals: Int
+    /// Of those, refused by the destination rules (allow-list, private and own addresses).
+    public var proxyPolicyRefusals: Int
+    /// Proxy clients reset for not finishing their handshake in time.
+    public var proxyHandshakeTimeouts: Int
     public var lineBytesIn: Int
     public var lineBytesOut: Int
     public var framesDropped: Int
@@ -366,7 +370,7 @@ public final class Channel: @unchecked Sendable {
             socks = nil
         }
         if let upstream = relayUpstream {
-            let relay = DNSRelay(upstream: upstream, loop: loop, seed: seed &+ 3)
+            let relay = DNSRelay(upstream: upstream, loop: loop)
             relay.log = { [weak self] in self?.log($0) }
             attachment.add(relay)
         }
@@ -506,7 +510,8 @@ public final class Channel: @unchecked Sendable {
         loop.sync {
             let lineBytes = session.map { ($0.lineBytesIn, $0.lineBytesOut) } ?? lastLineBytes
             return ChannelStatus(state: state, addresses: addresses, bridges: bridges?.status ?? [], proxy: socks?.counters.value,
-                                 proxyRefusals: socks?.refusals ?? 0, lineBytesIn: lineBytes.0, lineBytesOut: lineBytes.1,
+                                 proxyRefusals: socks?.refusals ?? 0, proxyPolicyRefusals: socks?.policyRefusals ?? 0,
+                                 proxyHandshakeTimeouts: socks?.handshakeTimeouts ?? 0, lineBytesIn: lineBytes.0, lineBytesOut: lineBytes.1,
                                  framesDropped: session?.link.decoder.counters.droppedFrames ?? 0,
                                  lineQueue: session?.lineQueue ?? LineQueueCounters(), acceptBackoffs: bridges?.acceptBackoffs ?? 0,
                                  listenRefusals: attachment?.stack?.counters.tcpListenRefused ?? 0, opens: opens,

@@ -1,66 +1,90 @@
 import CSystem
+import Crypto
 import Glibc
 import NetStack
 
 /// Answers the terminal's DNS queries (UDP port 53 on our PPP address, the `dns` address we
-/// hand out) by asking an upstream resolver from the host. Query ids are rewritten so queries
-/// from different terminal ports cannot be confused; unanswered ones are forgotten after 5 s.
+/// hand out) by asking an upstream resolver from the host. An off-path attacker who wants to
+/// slip a forged answer in must guess both the query id and the source port (RFC 5452 §4,
+/// §9.2), so each query leaves with an id and from a port of its own, drawn independently from
+/// the CSPRNG; unanswered ones are forgotten after 5 s.
 final class DNSRelay: StackApplication {
     static let port: UInt16 = 53
     static let timeout: Duration = .seconds(5)
-    static let maximumInFlight = 256
+    /// Each query in flight holds a socket; the terminal's queries beyond this are dropped.
+    static let maximumInFlight = 64
+    /// Random ports tried for one query before it is dropped (another socket may hold one).
+    static let bindAttempts = 8
+
+    private struct Query {
+        let client: TCPEndpoint
+        let clientID: UInt16
+        let upstreamID: UInt16
+        let deadline: Instant
+    }
+
+    /// Any generator, held so that `random(in:using:)` can take it.
+    private struct Generator: RandomNumberGenerator {
+        var base: any RandomNumberGenerator
+        mutating func next() -> UInt64 { base.next() }
+    }
 
     let upstream: TCPEndpoint
     private unowned let loop: EventLoop
     private weak var host: StackAttachment?
-    private var fd: Int32 = -1
-    private var inFlight: [UInt16: (client: TCPEndpoint, id: UInt16, deadline: Instant)] = [:]
-    private var nextID: UInt16
-    private(set) var counters = (queries: 0, answers: 0, timeouts: 0, dropped: 0)
+    private var random: Generator
+    /// Source ports are drawn from the kernel's ephemeral range, away from ports services use.
+    private let sourcePorts: ClosedRange<UInt16>
+    /// By the query's own socket.
+    private var inFlight: [Int32: Query] = [:]
+    /// `mismatched`: datagrams from the upstream carrying another id, ignored.
+    private(set) var counters = (queries: 0, answers: 0, timeouts: 0, dropped: 0, mismatched: 0)
     var log: (String) -> Void = { _ in }
 
-    init(upstream: TCPEndpoint, loop: EventLoop, seed: UInt64) {
+    init(upstream: TCPEndpoint, loop: EventLoop, random: any RandomNumberGenerator = CSPRNG(),
+         sourcePorts: ClosedRange<UInt16> = DNSRelay.ephemeralPorts()) {
         self.upstream = upstream
         self.loop = loop
-        nextID = UInt16(truncatingIfNeeded: seed)
+        self.random = Generator(base: random)
+        self.sourcePorts = sourcePorts
     }
 
     /// The first `nameserver` in resolv.conf (IPv4), as the host's own resolver.
     static func systemResolver(path: String = "/etc/resolv.conf") -> IPv4Address? {
-        guard let f = fopen(path, "r") else { return nil }
+        lines(path).lazy.compactMap { text -> IPv4Address? in
+            let words = text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0.isNewline })
+            return words.count >= 2 && words[0] == "nameserver" ? IPv4Address(String(words[1])) : nil
+        }.first
+    }
+
+    /// The kernel's ephemeral port range (ip(7) `ip_local_port_range`), or its default.
+    static func ephemeralPorts(path: String = "/proc/sys/net/ipv4/ip_local_port_range") -> ClosedRange<UInt16> {
+        let words = lines(path).first?.split(whereSeparator: { $0 == " " || $0 == "\t" || $0.isNewline }) ?? []
+        guard words.count == 2, let low = UInt16(words[0]), let high = UInt16(words[1]), 1024 <= low, low < high else {
+            return 32768...60999
+        }
+        return low...high
+    }
+
+    private static func lines(_ path: String) -> [String] {
+        guard let f = fopen(path, "r") else { return [] }
         defer { fclose(f) }
+        var result: [String] = []
         var line = [CChar](repeating: 0, count: 512)
         while fgets(&line, Int32(line.count), f) != nil {
-            let text = String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            let words = text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0.isNewline })
-            if words.count >= 2, words[0] == "nameserver", let a = IPv4Address(String(words[1])) { return a }
+            result.append(String(decoding: line.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
         }
-        return nil
+        return result
     }
 
     func start(_ host: StackAttachment, now: Instant) {
         self.host = host
-        do {
-            try host.bindUDP(port: DNSRelay.port, for: self)
-            fd = try HostSocket.datagram(connectedTo: upstream)
-            try loop.register(fd, events: EPOLLIN.rawValue) { [unowned self] _ in self.answers() }
-        } catch {
-            log("dns relay: \(error)")
-            closeSocket()
-        }
+        do { try host.bindUDP(port: DNSRelay.port, for: self) } catch { log("dns relay: \(error)") }
     }
 
     func stop() {
-        closeSocket()
-        inFlight = [:]
+        for fd in inFlight.keys { finish(fd) }
         host = nil
-    }
-
-    private func closeSocket() {
-        guard fd >= 0 else { return }
-        loop.unregister(fd)
-        Glibc.close(fd)
-        fd = -1
     }
 
     func event(_ id: ConnectionID, _ event: TCPEvent, now: Instant) {}
@@ -69,47 +93,91 @@ final class DNSRelay: StackApplication {
     func datagram(port: UInt16, now: Instant) {
         guard let host else { return }
         while let (from, payload) = host.stack?.receiveDatagram(port: port) {
-            guard fd >= 0, payload.count >= 12, inFlight.count < DNSRelay.maximumInFlight else {
+            guard payload.count >= 12, inFlight.count < DNSRelay.maximumInFlight else {
                 counters.dropped += 1
                 continue
             }
-            repeat { nextID &+= 40503 } while inFlight[nextID] != nil
-            inFlight[nextID] = (from, UInt16(payload[0]) << 8 | UInt16(payload[1]), now + DNSRelay.timeout)
+            let upstreamID = UInt16.random(in: .min ... .max, using: &random)
+            guard let fd = openSocket() else {
+                counters.dropped += 1
+                continue
+            }
             var query = payload
-            query[0] = UInt8(nextID >> 8)
-            query[1] = UInt8(nextID & 0xFF)
+            query[0] = UInt8(upstreamID >> 8)
+            query[1] = UInt8(upstreamID & 0xFF)
+            let sent = query.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            guard sent == query.count else {
+                Glibc.close(fd)
+                counters.dropped += 1
+                continue
+            }
+            do {
+                try loop.register(fd, events: EPOLLIN.rawValue) { [unowned self] _ in self.answer(fd) }
+            } catch {
+                Glibc.close(fd)
+                counters.dropped += 1
+                continue
+            }
+            inFlight[fd] = Query(client: from, clientID: BigEndian.uint16(payload, 0), upstreamID: upstreamID, deadline: now + DNSRelay.timeout)
             counters.queries += 1
-            _ = query.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         }
     }
 
-    private func answers() {
-        let now = loop.now
+    /// A UDP socket from a random source port (tried again on a port in use), connected to the
+    /// upstream so the kernel passes on only its datagrams.
+    private func openSocket() -> Int32? {
+        for _ in 0..<DNSRelay.bindAttempts {
+            do {
+                return try HostSocket.datagram(from: UInt16.random(in: sourcePorts, using: &random), connectedTo: upstream)
+            } catch where error.errno == EADDRINUSE {
+                continue
+            } catch {
+                return nil
+            }
+        }
+        return nil
+    }
+
+    private func finish(_ fd: Int32) {
+        guard inFlight.removeValue(forKey: fd) != nil else { return }
+        loop.unregister(fd)
+        Glibc.close(fd)
+    }
+
+    /// The upstream's answer on a query's socket: only one carrying the id we sent is taken.
+    private func answer(_ fd: Int32) {
         var buffer = [UInt8](repeating: 0, count: 65536)
-        while true {
+        while let q = inFlight[fd] {
             let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            // Nothing more now, or an error queued for the socket (ICMP port unreachable): the
+            // query stays until its deadline.
             guard n > 0 else { return }
-            guard n >= 12 else { continue }
-            let id = UInt16(buffer[0]) << 8 | UInt16(buffer[1])
-            guard let q = inFlight.removeValue(forKey: id), host?.stack != nil else { continue }
+            guard n >= 12, BigEndian.uint16(buffer, 0) == q.upstreamID else {
+                counters.mismatched += 1
+                continue
+            }
+            finish(fd)
+            guard host?.stack != nil else { return }
             var answer = Array(buffer[0..<n])
-            answer[0] = UInt8(q.id >> 8)
-            answer[1] = UInt8(q.id & 0xFF)
+            answer[0] = UInt8(q.clientID >> 8)
+            answer[1] = UInt8(q.clientID & 0xFF)
             counters.answers += 1
-            host!.stack!.sendDatagram(from: DNSRelay.port, to: q.client, payload: answer, now: now)
+            host?.stack?.sendDatagram(from: DNSRelay.port, to: q.client, payload: answer, now: loop.now)
+            return
         }
     }
 
-    var pollAt: Instant? { inFlight.values.map(\.deadline).min() }
+    var pollAt: Instant? { inFlight.values.lazy.map(\.deadline).min() }
 
     func poll(now: Instant) {
-        for (id, q) in inFlight where q.deadline <= now {
-            inFlight[id] = nil
+        for (fd, q) in inFlight where q.deadline <= now {
+            finish(fd)
             counters.timeouts += 1
         }
     }
 
     func report() -> [String] {
-        ["dns relay to \(upstream): \(counters.queries) queries, \(counters.answers) answers, \(counters.timeouts) timed out, \(counters.dropped) dropped"]
+        ["dns relay to \(upstream): \(counters.queries) queries, \(counters.answers) answers, \(counters.timeouts) timed out, "
+            + "\(counters.dropped) dropped, \(counters.mismatched) with a wrong id"]
     }
 }

@@ -186,10 +186,19 @@ enum HostSocket {
         Glibc.close(fd)
     }
 
-    /// A UDP socket connected to `endpoint`.
-    static func datagram(connectedTo endpoint: TCPEndpoint) throws(SystemError) -> Int32 {
+    /// A UDP socket from `localPort` (on every interface) connected to `endpoint`.
+    static func datagram(from localPort: UInt16, connectedTo endpoint: TCPEndpoint) throws(SystemError) -> Int32 {
         let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SystemError("socket") }
+        var local = address(TCPEndpoint(.any, localPort))
+        let bound = withUnsafePointer(to: &local) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard bound == 0 else {
+            let e = SystemError("bind port \(localPort)")
+            Glibc.close(fd)
+            throw e
+        }
         var a = address(endpoint)
         let r = withUnsafePointer(to: &a) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }

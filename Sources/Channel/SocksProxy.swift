@@ -8,8 +8,17 @@ public struct SocksConfiguration: Sendable, Equatable {
     public var port: UInt16 = 1080
     /// At most this many outbound connections at once (ICPPP: 5); one more gets a refusal.
     public var maximumConnections = 5
-    /// Destinations allowed, as given (`host:port`, host a name or an address); nil allows all.
+    /// Destinations allowed, as given (`host:port`, host a name or an address); nil allows every
+    /// destination outside the host's own and private networks. An entry also opens exactly that
+    /// `host:port` when it is loopback, private, link-local or otherwise not global.
     public var allow: [SocksDestination]?
+    /// Opens loopback, private, link-local, shared, multicast and reserved destinations and the
+    /// link's own addresses to the terminal without naming each (off by default: the terminal
+    /// reaches the internet, not the host's services and networks).
+    public var allowPrivate = false
+    /// A client that has not finished its handshake (up to its CONNECT request) this long after
+    /// connecting is reset, so a silent one cannot hold a connection of our stack.
+    public var handshakeTimeout: Duration = .seconds(10)
     /// SOCKS5 username/password (RFC 1929) pairs; nil: no authentication (SOCKS4/4a allowed).
     public var passwords: [String: String]?
     public init(port: UInt16 = 1080) { self.port = port }
@@ -18,8 +27,10 @@ public struct SocksConfiguration: Sendable, Equatable {
 public struct SocksDestination: Sendable, Hashable, CustomStringConvertible {
     public var host: String
     public var port: UInt16
+    /// A host that is dotted-quad text is kept in its plain form ("127.000.000.001" is
+    /// "127.0.0.1"), as requests for an address are compared in that form.
     public init(host: String, port: UInt16) {
-        self.host = host.lowercased()
+        self.host = IPv4Address(host)?.description ?? host.lowercased()
         self.port = port
     }
     /// `HOST:PORT`.
@@ -27,38 +38,138 @@ public struct SocksDestination: Sendable, Hashable, CustomStringConvertible {
         guard let colon = text.lastIndex(of: ":"), let p = UInt16(text[text.index(after: colon)...]), colon > text.startIndex else { return nil }
         self.init(host: String(text[..<colon]), port: p)
     }
-    public var description: String { "\(host):\(port)" }
+    /// Escaped: a destination a terminal asked for is its text.
+    public var description: String { "\(PeerText.escaped(host)):\(port)" }
 }
 
 /// One outbound connection the terminal has through the proxy, for status and tests.
 public struct ProxyConnectionStatus: Sendable, Equatable {
+    /// What the terminal asked for, escaped.
     public var destination: String
     public var hostEndpoint: TCPEndpoint?
     /// The keep-alive the kernel holds for the host socket (read back with getsockopt).
     public var keepAlive: KeepAliveSettings?
 }
 
+/// Where the proxy may connect on the terminal's behalf. The decision is made on the address
+/// the connection would go to, after a name is resolved, so a name for 127.0.0.1 meets the same
+/// rule as 127.0.0.1 itself.
+struct SocksPolicy: Equatable {
+    enum Decision: Equatable {
+        case connect
+        /// There is an allow-list and it does not name the destination.
+        case notListed
+        /// Our PPP address or the terminal's.
+        case ownAddress
+        /// Loopback, private and the rest that only `allowPrivate` or an entry opens.
+        case restricted(IPv4AddressScope)
+    }
+
+    var allow: [SocksDestination]?
+    var allowPrivate = false
+    var ownAddresses: [IPv4Address] = []
+
+    /// Before any lookup: with an allow-list, a destination it does not name is refused without
+    /// resolving anything.
+    func listed(_ requested: SocksDestination) -> Bool { allow?.contains(requested) ?? true }
+
+    /// Whether the terminal may have `requested` (as it asked for it), which leads to `address`.
+    func decide(_ requested: SocksDestination, address: IPv4Address) -> Decision {
+        guard listed(requested) else { return .notListed }
+        // An entry naming this very host:port is the operator's word for it.
+        if allowPrivate || allow?.contains(requested) == true { return .connect }
+        if ownAddresses.contains(address) { return .ownAddress }
+        let scope = IPv4AddressScope(address)
+        return scope == .global ? .connect : .restricted(scope)
+    }
+}
+
+/// Keys reported once each (a terminal retrying one refused destination writes one log line),
+/// remembering at most `capacity`; what it cannot remember is counted instead of reported.
+struct ReportedOnce {
+    let capacity: Int
+    private var seen: Set<String> = []
+    private(set) var unreported = 0
+
+    init(capacity: Int) { self.capacity = capacity }
+
+    /// True the first time `key` comes, while there is room to remember it.
+    mutating func first(_ key: String) -> Bool {
+        guard !seen.contains(key) else { return false }
+        guard seen.count < capacity else {
+            unreported += 1
+            return false
+        }
+        seen.insert(key)
+        return true
+    }
+}
+
+/// Requests whose host name is being resolved, each under a token of its own. Connection ids
+/// start again at 1 in the stack of a renegotiated link, so an answer is matched by its token
+/// and can only reach the client that asked; the client's id alone could name another one.
+struct PendingLookups {
+    private var tokens: [ConnectionID: UInt64] = [:]
+    private var nextToken: UInt64 = 0
+
+    var count: Int { tokens.count }
+    func contains(_ id: ConnectionID) -> Bool { tokens[id] != nil }
+
+    mutating func begin(_ id: ConnectionID) -> UInt64 {
+        nextToken &+= 1
+        tokens[id] = nextToken
+        return nextToken
+    }
+
+    /// True (and the lookup is over) when `id` is still waiting for the lookup `token` names.
+    mutating func finish(_ id: ConnectionID, token: UInt64) -> Bool {
+        guard tokens[id] == token else { return false }
+        tokens[id] = nil
+        return true
+    }
+
+    mutating func cancel(_ id: ConnectionID) { tokens[id] = nil }
+    /// The stack is gone; tokens are never reused, so lookups still running find nothing.
+    mutating func removeAll() { tokens = [:] }
+}
+
 /// SOCKS4, SOCKS4a and SOCKS5 CONNECT on our PPP address; each accepted request becomes a host
 /// connection relayed like a bridge's. Confined to the loop's thread (a name lookup runs
 /// elsewhere and posts its answer back).
 final class SocksProxy: StackApplication, @unchecked Sendable {
+    /// Refused destinations remembered for the log.
+    static let reportedCapacity = 256
+
+    private struct Handshake {
+        var negotiation: SocksNegotiation
+        let deadline: Instant
+    }
+
     private unowned let loop: EventLoop
     private weak var host: StackAttachment?
     let configuration: SocksConfiguration
     var keepAlive: KeepAliveSettings?
-    private var negotiating: [ConnectionID: SocksNegotiation] = [:]
+    /// The blocking lookup, run off the loop.
+    var resolve: @Sendable (String) -> IPv4Address? = SocksProxy.resolve
+    private var policy: SocksPolicy
+    private var negotiating: [ConnectionID: Handshake] = [:]
     private var dirty: Set<ConnectionID> = []
     /// Requests whose host name is being resolved (holding an outbound slot).
-    private var resolving: Set<ConnectionID> = []
+    private var resolving = PendingLookups()
     private var destinations: [ConnectionID: String] = [:]
     private let relays: RelayTable
     let counters = Relay.Counter()
     private(set) var refusals = 0
+    /// Refusals by the destination rules (allow-list, private and own addresses).
+    private(set) var policyRefusals = 0
+    private(set) var handshakeTimeouts = 0
+    private var reported = ReportedOnce(capacity: SocksProxy.reportedCapacity)
     var log: (String) -> Void = { _ in }
 
     init(configuration: SocksConfiguration, loop: EventLoop) {
         self.configuration = configuration
         self.loop = loop
+        policy = SocksPolicy(allow: configuration.allow, allowPrivate: configuration.allowPrivate)
         relays = RelayTable(loop: loop)
     }
 
@@ -74,13 +185,14 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
     func start(_ host: StackAttachment, now: Instant) {
         self.host = host
         relays.host = host
+        policy.ownAddresses = host.result.map { [$0.localAddress, $0.peerAddress] } ?? []
         do { try host.listen(port: configuration.port, for: self) } catch { log("socks: port \(configuration.port): \(error)") }
     }
 
     func stop() {
         relays.closeAll()
         negotiating = [:]
-        resolving = []
+        resolving.removeAll()
         destinations = [:]
         dirty = []
         host = nil
@@ -89,7 +201,8 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
     func acceptable(port: UInt16, now: Instant) {
         guard let host else { return }
         while let id = host.accept(port: port, for: self) {
-            negotiating[id] = SocksNegotiation(passwords: configuration.passwords)
+            negotiating[id] = Handshake(negotiation: SocksNegotiation(passwords: configuration.passwords),
+                                        deadline: now + configuration.handshakeTimeout)
             dirty.insert(id)
         }
     }
@@ -98,7 +211,7 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         if negotiating[id] != nil || resolving.contains(id) {
             if case .closed = event {
                 negotiating[id] = nil
-                resolving.remove(id)
+                resolving.cancel(id)
                 destinations[id] = nil
                 host?.stack?.abort(id, now: nil)
             } else {
@@ -117,8 +230,20 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         relays.step(now: now)
     }
 
+    var pollAt: Instant? { negotiating.values.lazy.map(\.deadline).min() }
+
+    /// Handshakes past their deadline end with a reset (nothing in SOCKS says "too slow").
+    func poll(now: Instant) {
+        for (id, h) in negotiating where h.deadline <= now {
+            negotiating[id] = nil
+            dirty.remove(id)
+            handshakeTimeouts += 1
+            host?.abort(id, now: now)
+        }
+    }
+
     private func negotiate(_ id: ConnectionID, now: Instant) {
-        guard let host, host.stack != nil, var n = negotiating[id] else { return }
+        guard let host, host.stack != nil, var h = negotiating[id] else { return }
         let bytes = host.stack!.read(id, maximum: SocksNegotiation.maximumHandshakeBytes + 1, now: now)
         if bytes.isEmpty {
             if host.stack!.atEndOfStream(id) {
@@ -127,8 +252,8 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
             }
             return
         }
-        let steps = n.feed(bytes)
-        negotiating[id] = n
+        let steps = h.negotiation.feed(bytes)
+        negotiating[id] = h
         for s in steps {
             switch s {
             case .needMore:
@@ -142,7 +267,7 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
             case let .request(request, reply):
                 if !reply.isEmpty { host.stack!.write(id, reply, now: now) }
                 negotiating[id] = nil
-                admit(id, request, leftover: n.leftover, now: now)
+                admit(id, request, leftover: h.negotiation.leftover, now: now)
                 return
             }
         }
@@ -151,7 +276,7 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
     private func refuse(_ id: ConnectionID, _ reply: [UInt8], now: Instant) {
         refusals += 1
         negotiating[id] = nil
-        resolving.remove(id)
+        resolving.cancel(id)
         destinations[id] = nil
         host?.stack?.write(id, reply, now: now)
         // Bytes the client sent early are read away first: closing over unread data would
@@ -160,42 +285,72 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         host?.stack?.close(id, now: now)
     }
 
-    private func admit(_ id: ConnectionID, _ request: SocksRequest, leftover: [UInt8], now: Instant) {
+    /// A refusal by the destination rules: SOCKS5 reply 2 "connection not allowed by ruleset"
+    /// (RFC 1928 §6), SOCKS4 0x5B; logged once per destination.
+    private func refuseByPolicy(_ id: ConnectionID, _ request: SocksRequest, why: String, now: Instant) {
+        policyRefusals += 1
         let destination = "\(request.host):\(request.port)"
-        if let allow = configuration.allow, !allow.contains(SocksDestination(host: request.host.description, port: request.port)) {
-            log("socks: \(destination) is not on the allow-list")
-            refuse(id, SocksNegotiation.failureReply(for: request.version, .notAllowed), now: now)
+        if reported.first(destination) { log("socks: \(destination) refused: \(why)") }
+        refuse(id, SocksNegotiation.failureReply(for: request.version, .notAllowed), now: now)
+    }
+
+    private func admit(_ id: ConnectionID, _ request: SocksRequest, leftover: [UInt8], now: Instant) {
+        let requested: SocksDestination
+        var address: IPv4Address?
+        switch request.host {
+        case let .ipv4(a):
+            requested = SocksDestination(host: a.description, port: request.port)
+            address = a
+        case let .name(name):
+            requested = SocksDestination(host: name, port: request.port)
+        case .ipv6:
+            refuse(id, SocksNegotiation.failureReply(for: request.version, .addressTypeNotSupported), now: now)
+            return
+        }
+        guard policy.listed(requested) else {
+            refuseByPolicy(id, request, why: "not on the allow-list", now: now)
             return
         }
         guard outbound < configuration.maximumConnections else {
-            log("socks: \(destination) refused: \(configuration.maximumConnections) outbound connections already open")
+            log("socks: \(request.host):\(request.port) refused: \(configuration.maximumConnections) outbound connections already open")
             refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now)
             return
         }
-        destinations[id] = destination
-        switch request.host {
-        case let .ipv4(a):
-            connect(id, request, TCPEndpoint(a, request.port), leftover: leftover, now: now)
-        case let .name(name):
-            resolving.insert(id)
-            let port = request.port
-            DispatchQueue.global().async { [loop] in
-                let address = SocksProxy.resolve(name)
-                loop.execute { [weak self] in
-                    guard let self, self.resolving.remove(id) != nil else { return }
-                    let now = self.loop.now
-                    guard let address else {
-                        self.log("socks: \(name) did not resolve")
-                        self.refuse(id, SocksNegotiation.failureReply(for: request.version, .hostUnreachable), now: now)
-                        self.host?.serve(now: now)
-                        return
-                    }
-                    self.connect(id, request, TCPEndpoint(address, port), leftover: leftover, now: now)
-                    self.host?.serve(now: now)
+        destinations[id] = "\(request.host):\(request.port)"
+        if let address {
+            connectIfAllowed(id, request, requested, address, leftover: leftover, now: now)
+            return
+        }
+        // The rules apply to the address the name leads to, once it is known.
+        let token = resolving.begin(id)
+        DispatchQueue.global().async { [loop, resolve] in
+            let address = resolve(requested.host)
+            loop.execute { [weak self] in
+                guard let self, self.resolving.finish(id, token: token) else { return }
+                let now = self.loop.now
+                if let address {
+                    self.connectIfAllowed(id, request, requested, address, leftover: leftover, now: now)
+                } else {
+                    self.log("socks: \(request.host) did not resolve")
+                    self.refuse(id, SocksNegotiation.failureReply(for: request.version, .hostUnreachable), now: now)
                 }
+                self.host?.serve(now: now)
             }
-        case .ipv6:
-            refuse(id, SocksNegotiation.failureReply(for: request.version, .addressTypeNotSupported), now: now)
+        }
+    }
+
+    private func connectIfAllowed(_ id: ConnectionID, _ request: SocksRequest, _ requested: SocksDestination, _ address: IPv4Address,
+                                  leftover: [UInt8], now: Instant) {
+        let shown = request.host.isName ? " (\(address))" : ""
+        switch policy.decide(requested, address: address) {
+        case .connect:
+            connect(id, request, TCPEndpoint(address, request.port), leftover: leftover, now: now)
+        case .notListed:
+            refuseByPolicy(id, request, why: "not on the allow-list", now: now)
+        case .ownAddress:
+            refuseByPolicy(id, request, why: "\(address) is an address of this link; an allow-list entry for it opens it", now: now)
+        case let .restricted(scope):
+            refuseByPolicy(id, request, why: "\(scope) destination\(shown); an allow-list entry naming it, or allowing private destinations, opens it", now: now)
         }
     }
 
@@ -250,7 +405,10 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
 
     func report() -> [String] {
         let t = counters.value
-        return ["socks on port \(configuration.port): connections \(t.connections) (\(t.active) open), refused \(refusals), to terminal \(t.bytesToTerminal) B, to host \(t.bytesToHost) B"]
+        let unlogged = reported.unreported > 0 ? " (\(reported.unreported) not logged)" : ""
+        return ["socks on port \(configuration.port): connections \(t.connections) (\(t.active) open), refused \(refusals)"
+            + " (\(policyRefusals) by the destination rules\(unlogged)), handshakes timed out \(handshakeTimeouts),"
+            + " to terminal \(t.bytesToTerminal) B, to host \(t.bytesToHost) B"]
     }
 }
 

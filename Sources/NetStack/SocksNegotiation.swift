@@ -11,10 +11,11 @@ public enum SocksDestinationHost: Sendable, Equatable, CustomStringConvertible {
     /// Sixteen bytes (RFC 1928 §5 ATYP 4); the caller decides whether to serve it.
     case ipv6([UInt8])
 
+    /// For logs and status: a name is the terminal's text, so it is escaped (`PeerText`).
     public var description: String {
         switch self {
         case .ipv4(let address): return address.description
-        case .name(let name): return name
+        case .name(let name): return PeerText.escaped(name)
         case .ipv6(let bytes): return Self.ipv6Text(bytes)
         }
     }
@@ -295,7 +296,7 @@ public struct SocksNegotiation: Sendable {
         let expected = name.utf8.elementsEqual(userBytes) ? passwords?[name] : nil
         let matches = Self.sameBytes(Array((expected ?? "").utf8), password)
         guard matches, expected != nil else {
-            return .refuse([0x01, 0x01], "SOCKS5 authentication failed for user \"\(name)\"")
+            return .refuse([0x01, 0x01], "SOCKS5 authentication failed for user \"\(PeerText.escaped(userBytes))\"")
         }
         user = name
         phase = .request

@@ -89,6 +89,8 @@ struct DemoCommand {
         var c = ChannelConfiguration(line: .device(path))
         c.relayDNS = false
         c.pcapPath = pcap
+        // The proxied server is on the host's loopback, which the proxy opens only when named.
+        c.socks?.allow = [SocksDestination(host: "127.0.0.1", port: proxiedPort)]
         c.link.echo.interval = .seconds(5)
         c.link.echo.failureLimit = 3
         let channel = Channel(configuration: c)

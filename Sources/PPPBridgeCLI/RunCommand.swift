@@ -61,7 +61,11 @@ struct RunCommand {
       --socks [PORT]         the SOCKS4/4a/5 proxy on our PPP address (default port 1080; on
                              unless --no-socks), at most 5 outbound connections at once
       --no-socks             no proxy
-      --socks-allow HOST:PORT  only these destinations (repeatable)
+      --socks-allow HOST:PORT  only these destinations (repeatable); each also opens exactly
+                             that HOST:PORT when it is on the host or a private network
+      --socks-allow-private  let the terminal reach loopback, private (RFC 1918), link-local,
+                             CGNAT, multicast and reserved addresses and the link's own (refused
+                             by default: SOCKS5 reply 2, SOCKS4 0x5B)
       --socks-user NAME:PASSWORD  SOCKS5 must authenticate (RFC 1929; repeatable)
       --socks-user-file PATH the same, one NAME:PASSWORD per line, from a file
       --keepalive IDLE,INTERVAL,COUNT  TCP keep-alive for the proxy's outbound sockets:
@@ -144,6 +148,7 @@ struct RunCommand {
         var bridges: [BridgeSpec] = []
         var socks: SocksConfiguration? = SocksConfiguration()
         var socksAllow: [SocksDestination] = []
+        var socksAllowPrivate = false
         var socksUsers: [String: String] = [:]
         var keepAlive: KeepAliveSettings?
         var dnsUpstream: TCPEndpoint?
@@ -315,6 +320,7 @@ struct RunCommand {
                 guard let v = value(a) else { return usage }
                 guard let d = SocksDestination(v) else { error("pppbridge run: --socks-allow takes HOST:PORT"); return usage }
                 socksAllow.append(d)
+            case "--socks-allow-private": socksAllowPrivate = true
             case "--socks-user":
                 guard let v = value(a) else { return usage }
                 guard let colon = v.firstIndex(of: ":") else { error("pppbridge run: --socks-user takes NAME:PASSWORD"); return usage }
@@ -410,6 +416,7 @@ struct RunCommand {
             c.tcp = tcp
             if var s = socks {
                 if !socksAllow.isEmpty { s.allow = socksAllow }
+                s.allowPrivate = socksAllowPrivate
                 if !socksUsers.isEmpty { s.passwords = socksUsers }
                 c.socks = s
             } else {

@@ -234,7 +234,10 @@ struct ChannelTests {
         let port = Host.freePort()
         let server = try LoopbackServer(port: port, mode: .hold)
         defer { server.stop() }
-        let rig = try PtyRig { $0.keepAlive = KeepAliveSettings(idleSeconds: 30, probeIntervalSeconds: 7, probeCount: 4) }
+        let rig = try PtyRig {
+            $0.keepAlive = KeepAliveSettings(idleSeconds: 30, probeIntervalSeconds: 7, probeCount: 4)
+            $0.socks?.allow = [SocksDestination(host: "127.0.0.1", port: port)]
+        }
         let a = try await rig.open()
         let socks = TCPEndpoint(a.ip, 1080)
         let target = TCPEndpoint(IPv4Address(127, 0, 0, 1), port)

@@ -28,6 +28,10 @@ struct ChannelVMTests {
         c.relayDNS = false
         c.pcapPath = capture
         c.keepAlive = KeepAliveSettings(idleSeconds: 45, probeIntervalSeconds: 9, probeCount: 6)
+        // The guest's proxied connections go to servers on the host's loopback, named here.
+        let hostPort = Host.freePort()
+        let holdPort = Host.freePort()
+        c.socks?.allow = [SocksDestination(host: "127.0.0.1", port: hostPort), SocksDestination(host: "127.0.0.1", port: holdPort)]
         let channel = Channel(configuration: c)
         let a = try await channel.open()
         #expect(a.terminalIP == Self.guestAddress)
@@ -49,7 +53,6 @@ struct ChannelVMTests {
         print("channel vm: host→terminal bridge to the guest's nc -e cat: \(echoed?.bytes.count ?? 0) bytes echoed, SHA-256 equal \(echoed.map { Host.sha($0.bytes) } == Host.sha(up))")
 
         // terminal → host: the guest's nc half-closes after its file; our host echo answers.
-        let hostPort = Host.freePort()
         let echo = try LoopbackServer(port: hostPort, mode: .echo)
         defer { echo.stop() }
         try channel.addBridge(.terminalToHost, port: hostPort)
@@ -63,7 +66,7 @@ struct ChannelVMTests {
 
         // The header's return codes: 12 bridges at most, duplicates, a port in use.
         var ports: [UInt16] = []
-        while ports.count < 11 { let p = Host.freePort(); if !ports.contains(p) && p != hostPort { ports.append(p) } }
+        while ports.count < 11 { let p = Host.freePort(); if !ports.contains(p) && p != hostPort && p != holdPort { ports.append(p) } }
         for (i, p) in ports.prefix(10).enumerated() { try channel.addBridge(i % 2 == 0 ? .hostToTerminalLocal : .terminalToHost, port: p) }
         #expect(channel.bridgeStatus.count == 12)
         #expect(throws: BridgeError.noMoreBridges) { try channel.addBridge(.hostToTerminal, port: ports[10]) }
@@ -97,7 +100,6 @@ struct ChannelVMTests {
         }
 
         // Five held connections through the proxy, then a sixth refused; keep-alive read back.
-        let holdPort = Host.freePort()
         let hold = try LoopbackServer(port: holdPort, mode: .hold)
         defer { hold.stop() }
         let holdRequest = octal([5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1, UInt8(holdPort >> 8), UInt8(holdPort & 0xFF)])
