@@ -1,4 +1,5 @@
 import Capture
+import Crypto
 import Glibc
 import NetStack
 import PPP
@@ -95,6 +96,7 @@ public enum ChannelCloseReason: Sendable, Equatable, CustomStringConvertible {
         case .loopback: self = .loopback
         case let .authenticationFailed(m): self = .authenticationFailed(m)
         case let .negotiationFailed(m), let .networkFailed(m): self = .negotiationFailed(m)
+        case let .addressConflict(c): self = .negotiationFailed(c.description)
         }
     }
 
@@ -374,7 +376,7 @@ public final class Channel: @unchecked Sendable {
             relay.log = { [weak self] in self?.log($0) }
             attachment.add(relay)
         }
-        let session = LinkSession(line: line, link: PPPLink(configuration: link, seed: seed), pcap: pcap, record: record,
+        let session = LinkSession(line: line, link: PPPLink(configuration: link, random: CSPRNG()), pcap: pcap, record: record,
                                   attachment: attachment, frameLoss: configuration.frameLoss, seed: seed &+ 2) { [weak self] event in
             self?.linkEvent(event)
         }

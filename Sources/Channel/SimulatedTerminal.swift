@@ -1,3 +1,4 @@
+import Crypto
 import Glibc
 import NetStack
 import PPP
@@ -43,7 +44,7 @@ public final class SimulatedTerminal: @unchecked Sendable {
         if !served.isEmpty { attachment.add(DiagnosticServices(ports: served)) }
         transfers = TerminalTransfers(loop: loop)
         attachment.add(transfers)
-        session = LinkSession(line: self.line, link: PPPLink(configuration: link, seed: seed), attachment: attachment, seed: seed &+ 2) { _ in }
+        session = LinkSession(line: self.line, link: PPPLink(configuration: link, random: CSPRNG()), attachment: attachment, seed: seed &+ 2) { _ in }
         let events: (LinkEvent) -> Void = { [weak self] event in
             guard let self else { return }
             switch event {

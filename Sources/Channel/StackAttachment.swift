@@ -173,8 +173,13 @@ public final class StackAttachment: NetworkAttachment {
         self.result = result
         for a in applications { a.start(self, now: now) }
         // The first ping waits one interval: the peer's side of the link is usually still being
-        // configured (pppd runs ip-up after IPCP opens) and would not answer it.
-        if ping != nil { ping!.next = now + ping!.interval }
+        // configured (pppd runs ip-up after IPCP opens) and would not answer it. After a
+        // renegotiation only pings still to send are re-armed: a timer nobody serves would stay
+        // in the past and keep the loop spinning.
+        if var p = ping, p.sent < p.count {
+            p.next = now + p.interval
+            ping = p
+        }
     }
 
     public func linkDown() {
@@ -199,7 +204,8 @@ public final class StackAttachment: NetworkAttachment {
     }
 
     public var pollAt: Instant? {
-        var p = earliest(stack?.pollAt, ping?.next, ping?.deadline)
+        // Ping timers are served only while the link is up (see `pingTick`).
+        var p = stack == nil ? nil : earliest(stack?.pollAt, ping?.next, ping?.deadline)
         for a in applications { p = earliest(p, a.pollAt) }
         return p
     }
@@ -263,16 +269,20 @@ public final class StackAttachment: NetworkAttachment {
     private func pingTick(now: Instant) {
         guard var p = ping, stack != nil else { return }
         defer { ping = p }
-        if let next = p.next, now >= next, p.sent < p.count {
-            p.sent += 1
-            let seq = UInt16(truncatingIfNeeded: p.sent)
-            p.sentAt[seq] = now
-            let payload = (0..<56).map { UInt8(truncatingIfNeeded: $0) }
-            stack!.ping(p.target, identifier: 0x5050, sequence: seq, payload: payload, now: now)
-            p.next = p.sent < p.count ? now + p.interval : nil
-            // Like ping(8)'s linger: replies to the last request are awaited up to 10 s, since a
-            // serial line busy with bulk data can hold an echo behind it for seconds.
-            if p.sent == p.count { p.deadline = now + .seconds(10) }
+        // A timer that is due is served: cleared, or moved forward by a send; never left in the past.
+        if let next = p.next, now >= next {
+            p.next = nil
+            if p.sent < p.count {
+                p.sent += 1
+                let seq = UInt16(truncatingIfNeeded: p.sent)
+                p.sentAt[seq] = now
+                let payload = (0..<56).map { UInt8(truncatingIfNeeded: $0) }
+                stack?.ping(p.target, identifier: 0x5050, sequence: seq, payload: payload, now: now)
+                p.next = p.sent < p.count ? now + p.interval : nil
+                // Like ping(8)'s linger: replies to the last request are awaited up to 10 s, since a
+                // serial line busy with bulk data can hold an echo behind it for seconds.
+                if p.sent == p.count { p.deadline = now + .seconds(10) }
+            }
         }
         if let d = p.deadline, now >= d, !p.reported {
             p.reported = true

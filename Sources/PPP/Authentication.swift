@@ -40,7 +40,6 @@ public struct Authenticator: Sendable {
     /// The peer authenticates with this protocol.
     public let peer: AuthenticationProtocol?
     public private(set) var outcome: Outcome?
-    private var random: LinkRandom
     private var localDone = false
     private var peerName: String?
     private var peerDone = false
@@ -71,14 +70,20 @@ public struct Authenticator: Sendable {
     private var papRequests = Retransmission(identifier: 0)
     private var chapChallenges = Retransmission(identifier: 0x40)
     private var peerDeadline: Instant?
-    private var challenge: [UInt8] = []
+    private let challenge: [UInt8]
     private var outputs: [(UInt16, ControlPacket)] = []
 
-    public init(configuration: AuthenticationConfiguration, local: AuthenticationProtocol?, peer: AuthenticationProtocol?, random: LinkRandom) {
+    /// The length of our CHAP challenges: MD5's output size, as pppd uses.
+    public static let challengeLength = 16
+
+    /// - Parameter challenge: the value of our CHAP Challenge, fresh from the link's random
+    ///   source (RFC 1994 §2.3: challenges must be unpredictable and never repeat).
+    public init(configuration: AuthenticationConfiguration, local: AuthenticationProtocol?, peer: AuthenticationProtocol?,
+                challenge: [UInt8]) {
         self.configuration = configuration
         self.local = local
         self.peer = peer
-        self.random = random
+        self.challenge = challenge
         localDone = local == nil
         peerDone = peer == nil
     }
@@ -93,10 +98,7 @@ public struct Authenticator: Sendable {
     public mutating func start(now: Instant) {
         if peer != nil { peerDeadline = now + configuration.peerTimeout }
         if local == .pap { sendPAPRequest(now: now) }
-        if peer == .chapMD5 {
-            challenge = random.bytes(16)
-            sendChallenge(now: now)
-        }
+        if peer == .chapMD5 { sendChallenge(now: now) }
         finishIfDone()
     }
 
@@ -134,13 +136,14 @@ public struct Authenticator: Sendable {
         switch pap {
         case let .authenticateRequest(id, peerID, password):
             guard peer == .pap else { return }
-            let name = String(decoding: peerID, as: UTF8.self)
+            // The name is compared as the bytes it is and only printed escaped.
+            let name = PeerText.event(peerID)
             let ok = configuration.peers.contains {
-                $0.name == name && Digest.constantTimeEqual(Array($0.secret.utf8), password)
+                Array($0.name.utf8) == peerID && Digest.constantTimeEqual(Array($0.secret.utf8), password)
             }
             // RFC 1334 §2.2.1: a repeated request after success is acknowledged again.
-            outputs.append((ProtocolNumber.pap, (ok ? PAPPacket.authenticateAck(identifier: id, message: Array("Login ok".utf8))
-                                                   : .authenticateNak(identifier: id, message: Array("Login incorrect".utf8))).packet))
+            send(ok ? PAPPacket.authenticateAck(identifier: id, message: Array("Login ok".utf8))
+                    : PAPPacket.authenticateNak(identifier: id, message: Array("Login incorrect".utf8)))
             if ok {
                 peerDone = true
                 peerName = name
@@ -154,7 +157,7 @@ public struct Authenticator: Sendable {
             papRequests.at = nil
         case let .authenticateNak(id, message):
             guard local == .pap, !localDone, id == papRequests.identifier else { return }
-            fail("PAP authentication refused by the peer" + (message.isEmpty ? "" : ": \(String(decoding: message, as: UTF8.self))"))
+            fail("PAP authentication refused by the peer" + (message.isEmpty ? "" : ": \"\(PeerText.event(message))\""))
         }
     }
 
@@ -164,15 +167,15 @@ public struct Authenticator: Sendable {
             guard local == .chapMD5, let credentials = configuration.local else { return }
             // RFC 1994 §4.1: MD5 over identifier, secret and challenge.
             let response = Digest.md5([id], Array(credentials.secret.utf8), value)
-            outputs.append((ProtocolNumber.chap, CHAPPacket.response(identifier: id, value: response, name: Array(credentials.name.utf8)).packet))
+            send(CHAPPacket.response(identifier: id, value: response, name: Array(credentials.name.utf8)))
         case let .response(id, value, nameBytes):
             guard peer == .chapMD5, id == chapChallenges.identifier, !challenge.isEmpty else { return }
-            let name = String(decoding: nameBytes, as: UTF8.self)
+            let name = PeerText.event(nameBytes)
             let ok = configuration.peers.contains {
-                $0.name == name && Digest.constantTimeEqual(Digest.md5([id], Array($0.secret.utf8), challenge), value)
+                Array($0.name.utf8) == nameBytes && Digest.constantTimeEqual(Digest.md5([id], Array($0.secret.utf8), challenge), value)
             }
-            outputs.append((ProtocolNumber.chap, (ok ? CHAPPacket.success(identifier: id, message: Array("Access granted".utf8))
-                                                     : .failure(identifier: id, message: Array("Access denied".utf8))).packet))
+            send(ok ? CHAPPacket.success(identifier: id, message: Array("Access granted".utf8))
+                    : CHAPPacket.failure(identifier: id, message: Array("Access denied".utf8)))
             if ok {
                 peerDone = true
                 peerName = name
@@ -186,7 +189,7 @@ public struct Authenticator: Sendable {
             localDone = true
         case let .failure(_, message):
             guard local == .chapMD5, !localDone else { return }
-            fail("CHAP authentication refused by the peer" + (message.isEmpty ? "" : ": \(String(decoding: message, as: UTF8.self))"))
+            fail("CHAP authentication refused by the peer" + (message.isEmpty ? "" : ": \"\(PeerText.event(message))\""))
         }
     }
 
@@ -196,14 +199,30 @@ public struct Authenticator: Sendable {
             return
         }
         let id = papRequests.next(now: now, interval: configuration.restartInterval)
-        outputs.append((ProtocolNumber.pap, PAPPacket.authenticateRequest(identifier: id, peerID: Array(credentials.name.utf8),
-                                                                         password: Array(credentials.secret.utf8)).packet))
+        send(PAPPacket.authenticateRequest(identifier: id, peerID: Array(credentials.name.utf8), password: Array(credentials.secret.utf8)))
     }
 
     private mutating func sendChallenge(now: Instant) {
         let id = chapChallenges.next(now: now, interval: configuration.restartInterval)
-        outputs.append((ProtocolNumber.chap, CHAPPacket.challenge(identifier: id, value: challenge,
-                                                                  name: Array(configuration.localName.utf8)).packet))
+        send(CHAPPacket.challenge(identifier: id, value: challenge, name: Array(configuration.localName.utf8)))
+    }
+
+    /// Queues a packet; one that cannot be written (a configured name or secret past its
+    /// one-byte length) ends authentication with the reason instead of trapping.
+    private mutating func send(_ pap: PAPPacket) {
+        do throws(WireError) {
+            outputs.append((ProtocolNumber.pap, try pap.packet))
+        } catch {
+            fail("cannot send PAP: \(error)")
+        }
+    }
+
+    private mutating func send(_ chap: CHAPPacket) {
+        do throws(WireError) {
+            outputs.append((ProtocolNumber.chap, try chap.packet))
+        } catch {
+            fail("cannot send CHAP: \(error)")
+        }
     }
 
     private mutating func fail(_ reason: String) {

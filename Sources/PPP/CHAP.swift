@@ -29,13 +29,22 @@ public enum CHAPPacket: Sendable, Equatable {
         }
     }
 
+    /// The packet; a Value longer than its one-byte Value-Size is refused.
     public var packet: ControlPacket {
-        switch self {
-        case let .challenge(id, value, name): return ControlPacket(code: Code.challenge, identifier: id, data: [UInt8(value.count)] + value + name)
-        case let .response(id, value, name): return ControlPacket(code: Code.response, identifier: id, data: [UInt8(value.count)] + value + name)
-        case let .success(id, message): return ControlPacket(code: Code.success, identifier: id, data: message)
-        case let .failure(id, message): return ControlPacket(code: Code.failure, identifier: id, data: message)
+        get throws(WireError) {
+            switch self {
+            case let .challenge(id, value, name): return ControlPacket(code: Code.challenge, identifier: id, data: try CHAPPacket.sized(value) + name)
+            case let .response(id, value, name): return ControlPacket(code: Code.response, identifier: id, data: try CHAPPacket.sized(value) + name)
+            case let .success(id, message): return ControlPacket(code: Code.success, identifier: id, data: message)
+            case let .failure(id, message): return ControlPacket(code: Code.failure, identifier: id, data: message)
+            }
         }
+    }
+
+    /// A Value behind its Value-Size octet (RFC 1994 §4.1).
+    static func sized(_ value: [UInt8]) throws(WireError) -> [UInt8] {
+        guard let size = UInt8(exactly: value.count) else { throw .malformed("CHAP Value of \(value.count) bytes exceeds 255") }
+        return [size] + value
     }
 
     /// pppd's rendering (chap_print_pkt).

@@ -8,6 +8,8 @@ public struct ControlPacket: Sendable, Equatable {
     public var data: [UInt8]
 
     public static let headerLength = 4
+    /// The 16-bit Length field covers the header too (RFC 1661 §5).
+    public static let maximumLength = Int(UInt16.max)
 
     public init(code: UInt8, identifier: UInt8, data: [UInt8] = []) {
         self.code = code
@@ -30,8 +32,13 @@ public struct ControlPacket: Sendable, Equatable {
 
     public var length: Int { ControlPacket.headerLength + data.count }
 
-    public func emit() -> [UInt8] {
-        [code, identifier] + BigEndian.bytes(UInt16(length)) + data
+    /// The packet's bytes; a packet whose length does not fit the 16-bit Length field is
+    /// refused, never truncated into a different packet.
+    public func emit() throws(WireError) -> [UInt8] {
+        guard let field = UInt16(exactly: length) else {
+            throw .tooLong(length: length, maximum: ControlPacket.maximumLength)
+        }
+        return [code, identifier] + BigEndian.bytes(field) + data
     }
 }
 
@@ -63,11 +70,35 @@ public struct ConfigurationOption: Sendable, Equatable {
         return options
     }
 
-    public static func emitList(_ options: [ConfigurationOption]) -> [UInt8] {
-        options.flatMap(\.bytes)
+    /// The largest value: the Length octet covers type and length too (RFC 1661 §6).
+    public static let maximumValueLength = Int(UInt8.max) - 2
+
+    /// The options' bytes; an option whose value does not fit its Length octet is refused.
+    public static func emitList(_ options: [ConfigurationOption]) throws(WireError) -> [UInt8] {
+        var out: [UInt8] = []
+        for o in options { out += try o.emit() }
+        return out
     }
 
-    public var bytes: [UInt8] { [type, UInt8(2 + value.count)] + value }
+    /// The options that fit in `room` bytes, in order: what an answer cut to the peer's MRU
+    /// carries (each option whole, never a piece of one).
+    public static func prefix(_ options: [ConfigurationOption], fitting room: Int) -> [ConfigurationOption] {
+        var used = 0
+        var kept: [ConfigurationOption] = []
+        for o in options {
+            used += 2 + o.value.count
+            guard used <= room else { break }
+            kept.append(o)
+        }
+        return kept
+    }
+
+    public func emit() throws(WireError) -> [UInt8] {
+        guard let length = UInt8(exactly: 2 + value.count) else {
+            throw .tooLong(length: 2 + value.count, maximum: Int(UInt8.max))
+        }
+        return [type, length] + value
+    }
 }
 
 /// Codes of RFC 1661 §5 (1–11) and RFC 1570 (12–13).

@@ -44,12 +44,43 @@ public struct IPCPResult: Sendable, Equatable {
     }
 }
 
+/// Both ends insisted on addresses the other would not take (RFC 1332 §3.3): what each side
+/// wanted for itself and for the other. pppd ends such a link too ("Refused our IP address");
+/// opening it would leave each side with addresses the other never agreed to.
+public struct AddressConflict: Sendable, Equatable, CustomStringConvertible {
+    /// Our address and the peer's, as configured.
+    public var local: IPv4Address?
+    public var peer: IPv4Address?
+    /// The address the peer kept asking for itself, and the one it kept telling us to take;
+    /// nil where it did not insist.
+    public var peerLocal: IPv4Address?
+    public var peerAssigned: IPv4Address?
+
+    public init(local: IPv4Address?, peer: IPv4Address?, peerLocal: IPv4Address?, peerAssigned: IPv4Address?) {
+        self.local = local
+        self.peer = peer
+        self.peerLocal = peerLocal
+        self.peerAssigned = peerAssigned
+    }
+
+    public var description: String {
+        func show(_ a: IPv4Address?) -> String { a.map { "\($0)" } ?? "any" }
+        return "IP addresses refused: we insisted on \(show(local)) for us and \(show(peer)) for the peer; "
+            + "the peer insisted on \(show(peerLocal)) for itself and \(show(peerAssigned)) for us"
+    }
+}
+
 /// IPCP's option policy for the shared automaton: addresses, DNS (RFC 1877) and VJ header
 /// compression (RFC 1332 §3.2).
 public struct IPCPPolicy: NegotiationPolicy {
     public var configuration: IPCPConfiguration
     /// Why IPCP cannot succeed (no address for us); the link closes with this reason.
     public private(set) var failure: String?
+    /// Set when the peer insists on addresses we may not take; the link closes with it.
+    public private(set) var conflict: AddressConflict?
+    /// Configure-Naks of our address, with one we may not take, before the peer counts as
+    /// insisting (pppd's default max-failure: after that many it would reject instead).
+    public static let insistenceLimit = 10
 
     private var local: IPv4Address?
     private var askAddress = true
@@ -59,6 +90,10 @@ public struct IPCPPolicy: NegotiationPolicy {
     private var acknowledgedDNS: [IPv4Address] = []
     /// We told a peer that left out IP-Address which address it gets (once per negotiation).
     private var hintedAddress = false
+    /// What the peer asked for itself and told us to take, when we could not follow it.
+    private var refusedPeerLocal: IPv4Address?
+    private var refusedAssignment: IPv4Address?
+    private var refusedAssignments = 0
     /// What we ask to receive, until the peer refuses it.
     private var requestVJ: VJParameters?
     private var acknowledgedVJ: VJParameters?
@@ -87,6 +122,16 @@ public struct IPCPPolicy: NegotiationPolicy {
         hintedAddress = false
         requestVJ = configuration.vj
         failure = nil
+        conflict = nil
+        refusedPeerLocal = nil
+        refusedAssignment = nil
+        refusedAssignments = 0
+    }
+
+    private mutating func insisted() {
+        guard conflict == nil else { return }
+        conflict = AddressConflict(local: configuration.localAddress, peer: configuration.peerAddress,
+                                   peerLocal: refusedPeerLocal, peerAssigned: refusedAssignment)
     }
 
     public func requestOptions() -> [ConfigurationOption] {
@@ -115,6 +160,10 @@ public struct IPCPPolicy: NegotiationPolicy {
                     if a == assigned || (a != .any && configuration.acceptRemote) {
                         peerAddress = a
                     } else {
+                        if a != .any { refusedPeerLocal = a }
+                        // After Max-Failure Naks the peer still wants its own address: a Reject
+                        // would open the link on an address it never agreed to (RFC 1332 §3.3).
+                        if !mayNak && a != .any { insisted() }
                         nak(.ipAddress(assigned), else: raw)
                     }
                 } else if a == .any {
@@ -176,8 +225,15 @@ public struct IPCPPolicy: NegotiationPolicy {
                 if rejected {
                     askAddress = false
                     if local == nil { failure = "peer refused to assign an IP address" }
+                    // A peer that told us to take another address and now rejects ours has
+                    // not agreed to it.
+                    if refusedAssignment != nil { insisted() }
                 } else if local == nil || configuration.acceptLocal {
                     local = a
+                } else if a != .any && a != local {
+                    refusedAssignment = a
+                    refusedAssignments += 1
+                    if refusedAssignments >= IPCPPolicy.insistenceLimit { insisted() }
                 }
             case let .primaryDNS(a):
                 if dns.count > 0 { dns[0] = rejected ? nil : a }

@@ -1,10 +1,21 @@
 import NetStack
 
 /// The authentication protocols this project speaks.
-public enum AuthenticationProtocol: String, Sendable, Equatable, CaseIterable {
+public enum AuthenticationProtocol: String, Sendable, Equatable, Hashable, CaseIterable {
     case pap
     /// CHAP with MD5 (RFC 1994, algorithm 5).
     case chapMD5 = "chap-md5"
+
+    /// Most preferred first: PAP sends the password in the clear (RFC 1334 §2), CHAP never
+    /// sends the secret (RFC 1994 §2), so CHAP is asked for and suggested before PAP whenever
+    /// both would do, as pppd does.
+    public static let preference: [AuthenticationProtocol] = [.chapMD5, .pap]
+
+    /// The most preferred of `candidates`.
+    static func preferred(_ candidates: some Sequence<AuthenticationProtocol>) -> AuthenticationProtocol? {
+        let offered = Set(candidates)
+        return preference.first(where: offered.contains)
+    }
 
     var option: LCPOption {
         switch self {
@@ -22,9 +33,25 @@ public enum AuthenticationProtocol: String, Sendable, Equatable, CaseIterable {
     }
 }
 
+extension Set where Element == AuthenticationProtocol {
+    /// One required protocol: `requireAuthentication = .pap`.
+    public static var pap: Self { [.pap] }
+    public static var chapMD5: Self { [.chapMD5] }
+}
+
 /// What we ask for and accept in LCP (pppd's option names in the comments).
 public struct LCPConfiguration: Sendable, Equatable {
-    /// Our MRU (`mru`); asked for when not the default 1500.
+    /// The largest MRU we ask for or use, either way (pppd's MAXMRU). RFC 1661 §6.1 allows up
+    /// to 65535, but a control packet that large could not be answered: a Configure-Nak can be
+    /// half as long again as the request it answers and must still fit a 16-bit length. An
+    /// IPv4 link on a serial line never needs more, and the receive buffer stays small. A peer
+    /// that declares more is acknowledged (RFC 1661 §6.1 lets us send less) and sent at most
+    /// this much.
+    public static let maximumMRU: UInt16 = 16384
+    /// The smallest MRU a Configure-Nak of ours can make us take (pppd's MINMRU).
+    public static let minimumMRU: UInt16 = 128
+
+    /// Our MRU (`mru`); asked for when not the default 1500, at most `maximumMRU`.
     public var mru: UInt16 = 1500
     /// The control characters we ask the peer to escape (`asyncmap`); nil leaves the map
     /// unnegotiated, so both sides keep escaping all of them (`default-asyncmap`).
@@ -34,9 +61,11 @@ public struct LCPConfiguration: Sendable, Equatable {
     public var protocolFieldCompression = true
     /// Ask for and accept address/control field compression (`noaccomp` turns it off).
     public var addressControlCompression = true
-    /// The peer must authenticate with this protocol (`require-pap`, `require-chap`).
-    public var requireAuthentication: AuthenticationProtocol?
-    /// Protocols we can authenticate ourselves with when the peer asks (we hold credentials).
+    /// The peer must authenticate with one of these (`require-pap`, `require-chap`). With both,
+    /// CHAP is asked for first and PAP only if the peer refuses CHAP.
+    public var requireAuthentication: Set<AuthenticationProtocol> = []
+    /// Protocols we can authenticate ourselves with when the peer asks (we hold credentials);
+    /// a peer asking for another is told CHAP, when we can do it.
     public var authenticateWith: [AuthenticationProtocol] = []
     /// The smallest MRU we let the peer declare; smaller ones are Nak'd up to it.
     public var minimumPeerMRU: UInt16 = 128
@@ -69,12 +98,18 @@ public struct LCPResult: Sendable, Equatable {
     public init() {}
 }
 
-/// Magic numbers and challenges from a seeded generator (NetStack's SplitMix64). The link
-/// owner seeds it from the system's generator; tests seed it with a constant.
+/// The link's one source of unpredictable values: LCP magic numbers (RFC 1661 §6.4) and CHAP
+/// challenges (RFC 1994 §2.3). The sans-IO core takes it as an input, as it takes time: in
+/// production OpenSSL's CSPRNG (Crypto's `CSPRNG`), in tests a seeded generator
+/// (`SplitMix64`). Every value is a draw of its own from it: a magic number seen on the wire
+/// says nothing of a challenge.
 public struct LinkRandom: Sendable {
-    private var generator: SplitMix64
-    public init(seed: UInt64) { generator = SplitMix64(seed: seed) }
+    private var generator: any RandomNumberGenerator & Sendable
+
+    public init(_ generator: some RandomNumberGenerator & Sendable) { self.generator = generator }
+
     public mutating func next() -> UInt64 { generator.next() }
+
     /// A non-zero 32-bit value (RFC 1661 §6.4: zero means no magic number).
     public mutating func magic() -> UInt32 {
         while true {
@@ -82,7 +117,16 @@ public struct LinkRandom: Sendable {
             if v != 0 { return v }
         }
     }
-    public mutating func bytes(_ n: Int) -> [UInt8] { (0..<n).map { _ in UInt8(truncatingIfNeeded: next()) } }
+
+    public mutating func bytes(_ n: Int) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(n)
+        while out.count < n {
+            let word = next()
+            for shift in stride(from: 0, to: 64, by: 8) where out.count < n { out.append(UInt8(truncatingIfNeeded: word >> UInt64(shift))) }
+        }
+        return out
+    }
 }
 
 /// LCP's option policy (RFC 1661 §6, RFC 1570) for the shared automaton.
@@ -93,6 +137,7 @@ public struct LCPPolicy: NegotiationPolicy {
     public private(set) var loopbackDetected = false
     /// Why negotiation cannot succeed (e.g. the peer refuses to authenticate); the link closes.
     public private(set) var failure: String?
+    /// The link's random source (magic numbers here, the CHAP challenge drawn by the link).
     var random: LinkRandom
 
     // Our current request.
@@ -102,6 +147,8 @@ public struct LCPPolicy: NegotiationPolicy {
     private var pfc = false
     private var acfc = false
     private var authentication: AuthenticationProtocol?
+    /// Protocols we asked the peer to authenticate with and it refused, this negotiation.
+    private var refusedAuthentication: Set<AuthenticationProtocol> = []
     private var loopbackNaks = 0
 
     public init(configuration: LCPConfiguration, random: LinkRandom) {
@@ -116,12 +163,14 @@ public struct LCPPolicy: NegotiationPolicy {
 
     public mutating func resetNegotiation() {
         let c = configuration
-        mru = c.mru == 1500 ? nil : c.mru
+        let wanted = min(c.mru, LCPConfiguration.maximumMRU)
+        mru = wanted == 1500 ? nil : wanted
         accm = c.asyncMap
         magic = c.magicNumber ? random.magic() : nil
         pfc = c.protocolFieldCompression
         acfc = c.addressControlCompression
-        authentication = c.requireAuthentication
+        authentication = AuthenticationProtocol.preferred(c.requireAuthentication)
+        refusedAuthentication = []
         loopbackNaks = 0
         failure = nil
         result = LCPResult()
@@ -158,15 +207,16 @@ public struct LCPPolicy: NegotiationPolicy {
                 if m < configuration.minimumPeerMRU {
                     nak(.maximumReceiveUnit(configuration.minimumPeerMRU), else: raw)
                 } else {
-                    peer.transmitMRU = Int(m)
+                    // RFC 1661 §6.1: the peer's MRU bounds what we send; we may send less.
+                    peer.transmitMRU = Int(min(m, LCPConfiguration.maximumMRU))
                 }
             case let .asyncControlCharacterMap(map):
                 peer.transmitACCM = map
             case .authenticationProtocol:
                 if let wanted = AuthenticationProtocol(option), configuration.authenticateWith.contains(wanted) {
                     peer.localAuthentication = wanted
-                } else if let offer = configuration.authenticateWith.first {
-                    // RFC 1661 §6.2: Nak with a protocol we can do.
+                } else if let offer = AuthenticationProtocol.preferred(configuration.authenticateWith) {
+                    // RFC 1661 §6.2: Nak with a protocol we can do, CHAP when we can.
                     nak(offer.option, else: raw)
                 } else {
                     rejects.append(raw)
@@ -221,16 +271,25 @@ public struct LCPPolicy: NegotiationPolicy {
             case let .maximumReceiveUnit(m):
                 if rejected { mru = nil } else {
                     // Take a larger or smaller MRU within what our buffers allow.
-                    mru = min(max(m, 128), 16384) == 1500 ? nil : min(max(m, 128), 16384)
+                    let offered = min(max(m, LCPConfiguration.minimumMRU), LCPConfiguration.maximumMRU)
+                    mru = offered == 1500 ? nil : offered
                 }
             case let .asyncControlCharacterMap(map):
                 if rejected { accm = nil } else { accm = (accm ?? 0) | map }
             case .authenticationProtocol:
-                // We ask only because we require that protocol: anything else will not do.
-                if let required = configuration.requireAuthentication {
-                    failure = "peer refused to authenticate with \(required.rawValue)"
+                // We ask only because we require authentication: the peer refused the protocol
+                // we asked for. Another we accept (the one its Nak suggests first, RFC 1661
+                // §6.2) is asked for next; with none left the link cannot open.
+                guard let asked = authentication else { break }
+                refusedAuthentication.insert(asked)
+                let remaining = configuration.requireAuthentication.subtracting(refusedAuthentication)
+                if !rejected, let suggested = AuthenticationProtocol(option), remaining.contains(suggested) {
+                    authentication = suggested
+                } else if let next = AuthenticationProtocol.preferred(remaining) {
+                    authentication = next
                 } else {
-                    authentication = nil
+                    let tried = AuthenticationProtocol.preference.filter(refusedAuthentication.contains).map(\.rawValue)
+                    failure = "peer refused to authenticate with \(tried.joined(separator: " or "))"
                 }
             case .magicNumber:
                 if rejected { magic = nil } else {

@@ -16,6 +16,8 @@ public enum LinkDownReason: Sendable, Equatable, CustomStringConvertible {
     case loopback
     case authenticationFailed(String)
     case networkFailed(String)
+    /// IPCP could not agree on addresses: each side insisted on its own.
+    case addressConflict(AddressConflict)
     case lineHangUp
 
     public var description: String {
@@ -27,6 +29,7 @@ public enum LinkDownReason: Sendable, Equatable, CustomStringConvertible {
         case .loopback: return "serial line is looped back"
         case let .authenticationFailed(m): return "authentication failed: \(m)"
         case let .networkFailed(m): return "IPCP failed: \(m)"
+        case let .addressConflict(c): return "IPCP failed: \(c)"
         case .lineHangUp: return "line hang-up"
         }
     }
@@ -47,11 +50,20 @@ public enum LinkEvent: Sendable, Equatable {
 }
 
 /// LCP keep-alive (pppd's `lcp-echo-interval`, `lcp-echo-failure`, `lcp-echo-adaptive`).
+///
+/// On by default, unlike pppd: a payment terminal's cable gets pulled, and a link that never
+/// notices keeps the host's connections to it open for good. An Echo-Request every 5 s with
+/// the link down after 4 unanswered in a row notices a dead peer in about 20 s, long after a
+/// busy 115200-baud line would have answered (an echo is 16 bytes on the line, about 1.4 ms),
+/// and costs a few bytes a second.
 public struct EchoConfiguration: Sendable, Equatable {
+    public static let defaultInterval: Duration = .seconds(5)
+    public static let defaultFailureLimit = 4
+
     /// Zero turns echoes off.
-    public var interval: Duration = .zero
+    public var interval: Duration = EchoConfiguration.defaultInterval
     /// Unanswered requests in a row that bring the link down; zero never does.
-    public var failureLimit = 0
+    public var failureLimit = EchoConfiguration.defaultFailureLimit
     /// Only probe when nothing has been received for an interval.
     public var adaptive = false
     public init() {}
@@ -107,7 +119,6 @@ public struct PPPLink: Sendable {
     /// Frames received for protocols we do not run (answered with Protocol-Reject).
     public private(set) var unknownProtocolFrames = 0
 
-    private var random: LinkRandom
     private var transmit: [UInt8] = []
     private var events: [LinkEvent] = []
     private var receivedIP: [[UInt8]] = []
@@ -118,11 +129,16 @@ public struct PPPLink: Sendable {
     private var echoesOutstanding = 0
     private var lastReceive: Instant = .zero
 
-    public init(configuration: LinkConfiguration, seed: UInt64) {
+    /// Packets not sent because they would not fit their length field (counted, never trapped on).
+    public private(set) var unsendablePackets = 0
+
+    /// - Parameter random: where magic numbers and CHAP challenges come from: Crypto's
+    ///   `CSPRNG` in production, a seeded generator in tests. The link draws every value from
+    ///   this one source.
+    public init(configuration: LinkConfiguration, random: some RandomNumberGenerator & Sendable) {
         self.configuration = configuration
-        random = LinkRandom(seed: seed)
         lcp = OptionNegotiator(protocolNumber: ProtocolNumber.lcp,
-                               policy: LCPPolicy(configuration: configuration.lcp, random: LinkRandom(seed: seed &+ 1)),
+                               policy: LCPPolicy(configuration: configuration.lcp, random: LinkRandom(random)),
                                configuration: configuration.negotiation)
         // Passive waiting is LCP's alone (as in pppd): an IPCP nobody answers ends the link.
         var ipcpNegotiation = configuration.negotiation
@@ -198,8 +214,7 @@ public struct PPPLink: Sendable {
     @discardableResult
     public mutating func send(ipPacket: [UInt8], now: Instant) -> Bool {
         guard ipcp.state == .opened, ipPacket.count <= lcp.policy.result.transmitMRU else { return false }
-        if vjCompressor != nil {
-            let (proto, bytes) = vjCompressor!.compress(ipPacket)
+        if let (proto, bytes) = vjCompressor?.compress(ipPacket) {
             sendFrame(proto, bytes)
         } else {
             sendFrame(ProtocolNumber.ipv4, ipPacket)
@@ -262,7 +277,7 @@ public struct PPPLink: Sendable {
             guard let packet = try? ControlPacket(parsing: frame.information) else { return }
             if packet.code == ControlCode.terminateRequest && lcp.state == .opened && pendingDown == nil {
                 // Whatever happens to the line next, the peer ended the link.
-                pendingDown = .peerTerminated(String(decoding: packet.data, as: UTF8.self))
+                pendingDown = .peerTerminated(PeerText.event(packet.data))
             }
             lcp.receive(packet, now: now)
         case ProtocolNumber.pap, ProtocolNumber.chap:
@@ -275,9 +290,9 @@ public struct PPPLink: Sendable {
         case ProtocolNumber.ipv4:
             if ipcp.state == .opened { receivedIP.append(frame.information) }
         case ProtocolNumber.vjUncompressedTCP where vjDecompressor != nil:
-            if let packet = vjDecompressor!.uncompressed(frame.information) { receivedIP.append(packet) }
+            if let packet = vjDecompressor?.uncompressed(frame.information) { receivedIP.append(packet) }
         case ProtocolNumber.vjCompressedTCP where vjDecompressor != nil:
-            if let packet = vjDecompressor!.compressed(frame.information) { receivedIP.append(packet) }
+            if let packet = vjDecompressor?.compressed(frame.information) { receivedIP.append(packet) }
         default:
             // RFC 1661 §5.7: unknown protocols get a Protocol-Reject once LCP is open; during
             // authentication everything else is silently discarded (§3.5).
@@ -330,6 +345,10 @@ public struct PPPLink: Sendable {
                 progress = true
                 closeFor(.loopback, now: now)
             }
+            if let conflict = ipcp.policy.conflict, pendingDown == nil {
+                progress = true
+                closeFor(.addressConflict(conflict), now: now)
+            }
         }
     }
 
@@ -347,8 +366,10 @@ public struct PPPLink: Sendable {
             startEcho(now: now)
             if r.localAuthentication != nil || r.peerAuthentication != nil {
                 setPhase(.authenticate)
+                // The challenge is a fresh draw from the link's one random source.
+                let challenge = r.peerAuthentication == .chapMD5 ? lcp.policy.random.bytes(Authenticator.challengeLength) : []
                 var auth = Authenticator(configuration: configuration.authentication, local: r.localAuthentication,
-                                         peer: r.peerAuthentication, random: LinkRandom(seed: random.next()))
+                                         peer: r.peerAuthentication, challenge: challenge)
                 auth.start(now: now)
                 authenticator = auth
             } else {
@@ -461,6 +482,7 @@ public struct PPPLink: Sendable {
         case .loopback: message = "Loopback detected"
         case .authenticationFailed: message = "Authentication failed"
         case .echoTimeout: message = "Peer not responding"
+        case .addressConflict: message = "Refused our IP address"
         default: message = "Failed to negotiate"
         }
         lcp.close(now: now, reason: message)
@@ -539,7 +561,10 @@ public struct PPPLink: Sendable {
     }
 
     private mutating func sendControl(_ proto: UInt16, _ packet: ControlPacket) {
-        let bytes = packet.emit()
+        guard let bytes = try? packet.emit() else {
+            unsendablePackets += 1
+            return
+        }
         if configuration.debug, let text = ControlProtocolPrinter.describe(protocol: proto, information: bytes) {
             events.append(.debug("sent [\(text.text)]"))
         }

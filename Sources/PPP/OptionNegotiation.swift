@@ -93,8 +93,12 @@ public struct OptionNegotiator<Policy: NegotiationPolicy>: Sendable {
     private var terminateReason: FinishReason = .closed
     private var outputs: [NegotiationOutput] = []
 
-    /// The largest information field the peer takes (LCP's result; 1500 until then).
+    /// The largest information field the peer takes (LCP's result; 1500 until then). Our
+    /// answers are cut to fit it (RFC 1661 §5.3, §5.4, §5.6).
     public var peerMRU = 1500
+    /// Packets not sent because an option in them did not fit its Length octet (only a
+    /// configuration can cause it: every option the peer sent fits).
+    public private(set) var unsendablePackets = 0
 
     /// The identifier of our latest Configure-Request: the one an answer must carry.
     public var requestIdentifier: UInt8? { sentRequest?.id }
@@ -295,7 +299,32 @@ public struct OptionNegotiator<Policy: NegotiationPolicy>: Sendable {
     }
 
     private mutating func judge(_ options: [ConfigurationOption]) -> RequestVerdict {
-        policy.judge(options, mayNak: failureCounter < configuration.maxFailure)
+        let room = max(0, peerMRU - ControlPacket.headerLength)
+        let before = policy
+        let verdict = policy.judge(options, mayNak: failureCounter < configuration.maxFailure)
+        switch verdict {
+        case .ack:
+            return verdict
+        case let .nak(naked):
+            guard ConfigurationOption.prefix(naked, fitting: room).count < naked.count else { return verdict }
+            // A Nak may be longer than the request it answers (IPCP answers a 4-byte
+            // compression option with 6). One that would not fit the peer's MRU is not sent:
+            // the options are rejected instead, as after Max-Failure (RFC 1661 §5.3, §4.6), and
+            // the judgement is made afresh so that nothing the Nak decided sticks.
+            policy = before
+            return fitted(policy.judge(options, mayNak: false), room: room)
+        case .reject:
+            return fitted(verdict, room: room)
+        }
+    }
+
+    /// A Reject cut to the options that fit the peer's MRU (RFC 1661 §5.4: the peer asks again
+    /// and the rest is rejected then); its first option stays whatever its size, since a packet
+    /// that large came from the peer.
+    private func fitted(_ verdict: RequestVerdict, room: Int) -> RequestVerdict {
+        guard case let .reject(rejected) = verdict else { return verdict }
+        let kept = ConfigurationOption.prefix(rejected, fitting: room)
+        return .reject(kept.isEmpty ? Array(rejected.prefix(1)) : kept)
     }
 
     private mutating func receiveConfigureAck(_ options: [ConfigurationOption], now: Instant) {
@@ -341,7 +370,7 @@ public struct OptionNegotiator<Policy: NegotiationPolicy>: Sendable {
     }
 
     private mutating func receiveTerminateRequest(_ packet: ControlPacket, now: Instant) {
-        let message = String(decoding: packet.data, as: UTF8.self)
+        let message = PeerText.event(packet.data)
         switch state {
         case .initial, .starting: return
         case .closed, .stopped, .closing, .stopping:
@@ -381,8 +410,10 @@ public struct OptionNegotiator<Policy: NegotiationPolicy>: Sendable {
 
     private mutating func receiveUnknownCode(_ packet: ControlPacket) {
         guard state != .initial && state != .starting else { return }
-        // scj: the rejected packet, cut to fit the peer's MRU (RFC 1661 §5.6).
-        let rejected = Array(packet.emit().prefix(max(0, peerMRU - ControlPacket.headerLength)))
+        // scj: the rejected packet, cut to fit the peer's MRU (RFC 1661 §5.6). A parsed packet
+        // always fits its own Length field, so it can always be written back.
+        guard let original = try? packet.emit() else { return }
+        let rejected = Array(original.prefix(max(0, peerMRU - ControlPacket.headerLength)))
         identifier &+= 1
         outputs.append(.send(ControlPacket(code: ControlCode.codeReject, identifier: identifier, data: rejected)))
     }
@@ -428,8 +459,7 @@ public struct OptionNegotiator<Policy: NegotiationPolicy>: Sendable {
         identifier &+= 1
         let options = policy.requestOptions()
         sentRequest = (identifier, options)
-        outputs.append(.send(ControlPacket(code: ControlCode.configureRequest, identifier: identifier,
-                                           data: ConfigurationOption.emitList(options))))
+        send(ControlCode.configureRequest, identifier, options)
         restartCounter -= 1
         deadline = now + configuration.restartInterval
     }
@@ -439,19 +469,28 @@ public struct OptionNegotiator<Policy: NegotiationPolicy>: Sendable {
         switch verdict {
         case .ack:
             failureCounter = 0
-            outputs.append(.send(ControlPacket(code: ControlCode.configureAck, identifier: id, data: ConfigurationOption.emitList(options))))
+            send(ControlCode.configureAck, id, options)
         case let .nak(naked):
             failureCounter += 1
-            outputs.append(.send(ControlPacket(code: ControlCode.configureNak, identifier: id, data: ConfigurationOption.emitList(naked))))
+            send(ControlCode.configureNak, id, naked)
         case let .reject(rejected):
-            outputs.append(.send(ControlPacket(code: ControlCode.configureReject, identifier: id, data: ConfigurationOption.emitList(rejected))))
+            send(ControlCode.configureReject, id, rejected)
         }
+    }
+
+    private mutating func send(_ code: UInt8, _ id: UInt8, _ options: [ConfigurationOption]) {
+        guard let data = try? ConfigurationOption.emitList(options) else {
+            unsendablePackets += 1
+            return
+        }
+        outputs.append(.send(ControlPacket(code: code, identifier: id, data: data)))
     }
 
     /// str
     private mutating func sendTerminateRequest(now: Instant, message: String) {
         identifier &+= 1
-        outputs.append(.send(ControlPacket(code: ControlCode.terminateRequest, identifier: identifier, data: Array(message.utf8))))
+        let data = Array(message.utf8.prefix(max(0, peerMRU - ControlPacket.headerLength)))
+        outputs.append(.send(ControlPacket(code: ControlCode.terminateRequest, identifier: identifier, data: data)))
         restartCounter -= 1
         deadline = now + configuration.restartInterval
     }

@@ -1,3 +1,5 @@
+import NetStack
+
 /// PAP packets (RFC 1334 §2.2).
 public enum PAPPacket: Sendable, Equatable {
     case authenticateRequest(identifier: UInt8, peerID: [UInt8], password: [UInt8])
@@ -42,15 +44,25 @@ public enum PAPPacket: Sendable, Equatable {
         }
     }
 
+    /// The packet; a Peer-ID, Password or Message longer than its one-byte length is refused.
     public var packet: ControlPacket {
-        switch self {
-        case let .authenticateRequest(id, peer, password):
-            return ControlPacket(code: Code.request, identifier: id, data: [UInt8(peer.count)] + peer + [UInt8(password.count)] + password)
-        case let .authenticateAck(id, message):
-            return ControlPacket(code: Code.ack, identifier: id, data: [UInt8(message.count)] + message)
-        case let .authenticateNak(id, message):
-            return ControlPacket(code: Code.nak, identifier: id, data: [UInt8(message.count)] + message)
+        get throws(WireError) {
+            switch self {
+            case let .authenticateRequest(id, peer, password):
+                return ControlPacket(code: Code.request, identifier: id,
+                                     data: try PAPPacket.counted(peer, "Peer-ID") + PAPPacket.counted(password, "Password"))
+            case let .authenticateAck(id, message):
+                return ControlPacket(code: Code.ack, identifier: id, data: try PAPPacket.counted(message, "Message"))
+            case let .authenticateNak(id, message):
+                return ControlPacket(code: Code.nak, identifier: id, data: try PAPPacket.counted(message, "Message"))
+            }
         }
+    }
+
+    /// A field behind its one-byte length (RFC 1334 §2.2.1, §2.2.2).
+    static func counted(_ field: [UInt8], _ name: String) throws(WireError) -> [UInt8] {
+        guard let length = UInt8(exactly: field.count) else { throw .malformed("PAP \(name) of \(field.count) bytes exceeds 255") }
+        return [length] + field
     }
 
     /// pppd's rendering (upap_printpkt); the password is hidden unless asked for.
@@ -67,22 +79,20 @@ public enum PAPPacket: Sendable, Equatable {
     }
 }
 
-/// pppd's print_string: text in double quotes, other bytes as octal escapes.
+/// Peer text in the printers' quotes (where pppd's print_string puts it): escaped by the one
+/// function every piece of peer text goes through, so nothing the peer sends can steer a
+/// terminal or break a log line.
 public enum PrintableString {
     public static func quoted(_ bytes: [UInt8]) -> String {
-        var s = "\""
-        for b in bytes {
-            switch b {
-            case 0x22, 0x5C: s += "\\" + String(UnicodeScalar(b))
-            case 0x09: s += "\\t"
-            case 0x0A: s += "\\n"
-            case 0x0D: s += "\\r"
-            case 0x20..<0x7F: s += String(UnicodeScalar(b))
-            default:
-                let octal = String(b, radix: 8)
-                s += "\\" + String(repeating: "0", count: 3 - octal.count) + octal
-            }
-        }
-        return s + "\""
+        "\"" + PeerText.escaped(bytes) + "\""
     }
+}
+
+extension PeerText {
+    /// The longest piece of peer text a link event or down reason carries, in bytes.
+    static let eventLimit = 128
+
+    /// Peer text (a Terminate-Request's data, a PAP or CHAP name or message) as a link event
+    /// carries it: escaped and cut.
+    static func event(_ bytes: some Sequence<UInt8>) -> String { escaped(bytes, limit: eventLimit) }
 }

@@ -8,6 +8,8 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
     case lengthTooSmall(length: Int)
     /// A configuration option whose length is below 2 or runs past the packet's end.
     case badOptionLength(type: UInt8, length: Int, remaining: Int)
+    /// A packet or option to be sent whose length does not fit its length field.
+    case tooLong(length: Int, maximum: Int)
     /// Anything else specific to one protocol.
     case malformed(String)
 
@@ -18,6 +20,7 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
         case let .lengthTooSmall(length): return "length \(length) is too small"
         case let .badOptionLength(type, length, remaining):
             return "option \(type) has length \(length) with \(remaining) bytes left"
+        case let .tooLong(length, maximum): return "length \(length) exceeds the maximum \(maximum)"
         case let .malformed(what): return what
         }
     }

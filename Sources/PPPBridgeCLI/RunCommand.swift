@@ -1,5 +1,6 @@
 import Capture
 import Channel
+import Crypto
 import Foundation
 import Framing
 import NetStack
@@ -29,6 +30,9 @@ struct RunCommand {
                              terminal: accept the addresses the peer gives, ask for DNS
       --local-ip A           our address (host default 192.168.53.1)
       --terminal-ip A        the peer's address (host default 192.168.53.2)
+                             without these the host proposes the defaults and, as pppd
+                             does, takes the addresses a peer insists on; with them a peer
+                             that insists on others ends the link (exit status 10)
       --dns A                a DNS server given to the peer (twice for a secondary)
       --netmask A            reported as the link's submask (default 255.255.255.255)
     LCP (pppd's names):
@@ -38,13 +42,16 @@ struct RunCommand {
       --escape HEX[,HEX...]  extra byte values we always escape
       --nopcomp --noaccomp   refuse protocol / address-control field compression
       --novj                 refuse VJ header compression (RFC 1144; on by default, 16 slots)
-      --lcp-echo-interval S  send an LCP Echo-Request every S seconds (default 0: off)
-      --lcp-echo-failure N   take the link down after N unanswered ones (default 0: never)
+      --lcp-echo-interval S  send an LCP Echo-Request every S seconds (default 5; 0: off)
+      --lcp-echo-failure N   take the link down after N unanswered ones (default 4; 0: never)
+                             the defaults notice a pulled cable or a dead terminal in about
+                             20 s, for 16 bytes on the line every 5 s
       --lcp-echo-adaptive    only probe when nothing was received for an interval
       --lcp-restart S        the restart timer (default 3)
       --lcp-max-configure N  Configure-Requests before giving up (default 10)
     authentication:
-      --require-pap | --require-chap   the peer must authenticate (PAP, or CHAP-MD5)
+      --require-pap | --require-chap   the peer must authenticate (PAP, or CHAP-MD5); with
+                             both, CHAP is asked for first and PAP only if the peer refuses it
       --peer NAME:SECRET     credentials the peer may authenticate with (repeatable)
       --peer-file PATH       the same, one NAME:SECRET per line, from a file (not in argv)
       --user NAME --password SECRET   what we authenticate with when the peer asks
@@ -255,8 +262,8 @@ struct RunCommand {
             case "--lcp-max-configure":
                 guard let n = number(a), n > 0 else { error("pppbridge run: --lcp-max-configure takes a count > 0"); return usage }
                 negotiation.maxConfigure = n
-            case "--require-pap": lcp.requireAuthentication = .pap
-            case "--require-chap": lcp.requireAuthentication = .chapMD5
+            case "--require-pap": lcp.requireAuthentication.insert(.pap)
+            case "--require-chap": lcp.requireAuthentication.insert(.chapMD5)
             case "--peer":
                 guard let v = value(a) else { return usage }
                 guard let colon = v.firstIndex(of: ":") else { error("pppbridge run: --peer takes NAME:SECRET"); return usage }
@@ -374,7 +381,7 @@ struct RunCommand {
             error("pppbridge run: --tun hands IP to the kernel; --services, --ping and --bridge need our stack"); return usage
         }
         if bridges.count > 12 { error("pppbridge run: at most 12 bridges"); return usage }
-        if lcp.requireAuthentication != nil && auth.peers.isEmpty {
+        if !lcp.requireAuthentication.isEmpty && auth.peers.isEmpty {
             error("pppbridge run: --require-pap/--require-chap need at least one --peer NAME:SECRET")
             return usage
         }
@@ -395,6 +402,9 @@ struct RunCommand {
         switch role {
         case .host:
             configuration = .host(local: localIP ?? IPv4Address(192, 168, 53, 1), terminal: terminalIP ?? IPv4Address(192, 168, 53, 2), dns: dns)
+            // Addresses the user did not choose give way to a peer that insists on its own.
+            configuration.ipcp.acceptLocal = localIP == nil
+            configuration.ipcp.acceptRemote = terminalIP == nil
         case .terminal:
             configuration = .terminal()
             configuration.ipcp.localAddress = localIP
@@ -493,7 +503,7 @@ struct RunCommand {
             if let pingTarget { stack.ping(pingTarget, count: pingCount) }
             attachment = stack
         }
-        let session = LinkSession(line: line, link: PPPLink(configuration: configuration, seed: seed), pcap: pcap, record: record,
+        let session = LinkSession(line: line, link: PPPLink(configuration: configuration, random: CSPRNG()), pcap: pcap, record: record,
                                   attachment: attachment, frameLoss: frameLoss, seed: seed &+ 2) { event in
             for text in RunCommand.describe(event, debug: debug) { output(text) }
         }
@@ -561,7 +571,7 @@ struct RunCommand {
         static func of(_ reason: LinkDownReason) -> Int32 {
             switch reason {
             case .closedByUs: return CommandLineTool.Status.success
-            case .negotiationFailed, .networkFailed: return negotiationFailed
+            case .negotiationFailed, .networkFailed, .addressConflict: return negotiationFailed
             case .authenticationFailed: return authenticationFailed
             case .echoTimeout: return echoTimeout
             case .lineHangUp: return hangUp

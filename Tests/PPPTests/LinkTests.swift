@@ -18,8 +18,8 @@ struct LinkPair {
     var bTalks = true
 
     init(_ ca: LinkConfiguration, _ cb: LinkConfiguration) {
-        a = PPPLink(configuration: ca, seed: 1)
-        b = PPPLink(configuration: cb, seed: 2)
+        a = PPPLink(configuration: ca, random: SplitMix64(seed: 1))
+        b = PPPLink(configuration: cb, random: SplitMix64(seed: 2))
     }
 
     mutating func start() {
@@ -181,7 +181,7 @@ func isLCP(_ code: UInt8) -> (PPPFrame) -> Bool {
 
     @Test func papInBothDirections() {
         var h = host
-        h.lcp.requireAuthentication = .pap
+        h.lcp.requireAuthentication = [.pap]
         h.authentication.peers = [Credentials(name: "terminal", secret: "s3cret")]
         var t = LinkConfiguration.terminal()
         t.lcp.authenticateWith = [.pap, .chapMD5]
@@ -195,7 +195,7 @@ func isLCP(_ code: UInt8) -> (PPPFrame) -> Bool {
 
     @Test func chapMD5InBothDirections() {
         var h = host
-        h.lcp.requireAuthentication = .chapMD5
+        h.lcp.requireAuthentication = [.chapMD5]
         h.authentication.peers = [Credentials(name: "terminal", secret: "s3cret")]
         var t = LinkConfiguration.terminal()
         t.lcp.authenticateWith = [.chapMD5]
@@ -210,7 +210,7 @@ func isLCP(_ code: UInt8) -> (PPPFrame) -> Bool {
     @Test func wrongSecretBringsTheLinkDownWithAReason() {
         for proto in [AuthenticationProtocol.pap, .chapMD5] {
             var h = host
-            h.lcp.requireAuthentication = proto
+            h.lcp.requireAuthentication = [proto]
             h.authentication.peers = [Credentials(name: "terminal", secret: "right")]
             var t = LinkConfiguration.terminal()
             t.lcp.authenticateWith = [proto]
@@ -226,7 +226,7 @@ func isLCP(_ code: UInt8) -> (PPPFrame) -> Bool {
 
     @Test func aPeerWithoutCredentialsRefusesToAuthenticate() {
         var h = host
-        h.lcp.requireAuthentication = .pap
+        h.lcp.requireAuthentication = [.pap]
         h.authentication.peers = [Credentials(name: "terminal", secret: "s3cret")]
         var p = LinkPair(h, .terminal())
         p.start()
@@ -236,7 +236,7 @@ func isLCP(_ code: UInt8) -> (PPPFrame) -> Bool {
 
     @Test func aLoopedBackLineIsDetected() {
         // One link talking to itself: its own Configure-Requests come back with its magic.
-        var link = PPPLink(configuration: host, seed: 7)
+        var link = PPPLink(configuration: host, random: SplitMix64(seed: 7))
         var now = Instant.zero
         link.open(now: now)
         var events: [LinkEvent] = []
@@ -309,7 +309,7 @@ func isLCP(_ code: UInt8) -> (PPPFrame) -> Bool {
         #expect(p.eventsB.contains(.ipcpClosed))
     }
 
-    @Test func aRejectedIPCPIsStoppedNotRetried() {
+    @Test func aRejectedIPCPIsStoppedNotRetried() throws {
         var p = LinkPair(host, .terminal())
         p.start()
         p.run(for: .seconds(1)) { $0.a.lcp.state == .opened && $0.b.lcp.state == .opened }
@@ -317,12 +317,12 @@ func isLCP(_ code: UInt8) -> (PPPFrame) -> Bool {
         let reject = ControlPacket(code: ControlCode.protocolReject, identifier: 0x99, data: [0x80, 0x21, 1, 1, 0, 4])
         var encoder = HDLCEncoder(escapes: EscapeSet(accm: 0))
         encoder.compressAddressControl = false
-        p.a.receive(encoder.encode(protocol: ProtocolNumber.lcp, information: reject.emit()), now: p.now)
+        p.a.receive(encoder.encode(protocol: ProtocolNumber.lcp, information: try reject.emit()), now: p.now)
         p.run(for: .seconds(30)) { $0.downA != nil }
         #expect(p.downA == .networkFailed("Protocol-Reject"))
     }
 
-    @Test func unknownProtocolsGetAProtocolReject() {
+    @Test func unknownProtocolsGetAProtocolReject() throws {
         var p = LinkPair(host, .terminal())
         p.start()
         p.run(for: .seconds(10)) { $0.ipcpA != nil && $0.ipcpB != nil }
@@ -333,7 +333,7 @@ func isLCP(_ code: UInt8) -> (PPPFrame) -> Bool {
             if isLCP(ControlCode.protocolReject)(f) { rejects.append(f) }
             return false
         }
-        p.b.receive(encoder.encode(protocol: ProtocolNumber.ccp, information: ccp.emit()), now: p.now)
+        p.b.receive(encoder.encode(protocol: ProtocolNumber.ccp, information: try ccp.emit()), now: p.now)
         p.run(for: .zero)
         #expect(rejects.count == 1)
         #expect(rejects.first.map { Array($0.information[4...5]) } == [0x80, 0xFD])
@@ -342,7 +342,7 @@ func isLCP(_ code: UInt8) -> (PPPFrame) -> Bool {
 
     @Test func answersPppdsOwnConfigureRequest() throws {
         // pppd's first LCP Configure-Request as it went on the line (pppd-record_default.pppd).
-        var link = PPPLink(configuration: host, seed: 3)
+        var link = PPPLink(configuration: host, random: SplitMix64(seed: 3))
         link.open(now: .zero)
         _ = link.takeTransmit()
         let pppd: [UInt8] = [0x7e, 0xff, 0x7d, 0x23, 0xc0, 0x21, 0x7d, 0x21, 0x7d, 0x21, 0x7d, 0x20, 0x7d, 0x34, 0x7d, 0x22, 0x7d, 0x26,

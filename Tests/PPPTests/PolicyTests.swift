@@ -13,7 +13,7 @@ import Testing
         p.run(for: .seconds(10)) { $0.ipcpA != nil && $0.ipcpB != nil }
         var rebooted = LinkConfiguration.terminal()
         rebooted.lcp.mru = 576
-        p.b = PPPLink(configuration: rebooted, seed: 9)
+        p.b = PPPLink(configuration: rebooted, random: SplitMix64(seed: 9))
         p.eventsA = []
         p.eventsB = []
         p.b.open(now: p.now)
@@ -25,12 +25,12 @@ import Testing
 
     @Test func papOneWayAndCHAPTheOtherAtTheSameTime() {
         var h = host
-        h.lcp.requireAuthentication = .chapMD5
+        h.lcp.requireAuthentication = [.chapMD5]
         h.lcp.authenticateWith = [.pap]
         h.authentication.peers = [Credentials(name: "terminal", secret: "t-secret")]
         h.authentication.local = Credentials(name: "host", secret: "h-secret")
         var t = LinkConfiguration.terminal()
-        t.lcp.requireAuthentication = .pap
+        t.lcp.requireAuthentication = [.pap]
         t.lcp.authenticateWith = [.chapMD5]
         t.authentication.peers = [Credentials(name: "host", secret: "h-secret")]
         t.authentication.local = Credentials(name: "terminal", secret: "t-secret")
@@ -53,7 +53,7 @@ import Testing
     @Test func aRejectOfAnOptionWeDidNotSendIsIgnoredWhole() {
         var lcp = LCPConfiguration()
         lcp.mru = 1400
-        var policy = LCPPolicy(configuration: lcp, random: LinkRandom(seed: 1))
+        var policy = LCPPolicy(configuration: lcp, random: LinkRandom(SplitMix64(seed: 1)))
         let before = policy.requestOptions()
         let ok = policy.peerRefused([LCPOption.maximumReceiveUnit(1400).option, ConfigurationOption(type: 0x42)], rejected: true)
         #expect(!ok)
@@ -64,7 +64,7 @@ import Testing
     }
 
     @Test func aZeroMagicNumberIsNakd() {
-        var policy = LCPPolicy(configuration: LCPConfiguration(), random: LinkRandom(seed: 1))
+        var policy = LCPPolicy(configuration: LCPConfiguration(), random: LinkRandom(SplitMix64(seed: 1)))
         guard case let .nak(options) = policy.judge([LCPOption.magicNumber(0).option], mayNak: true),
               case let .magicNumber(m) = LCPOption(options[0]) else {
             Issue.record("zero magic was not Nak'd")
@@ -82,7 +82,7 @@ import Testing
     }
 
     @Test func codeRejectsFitThePeersMRU() {
-        var a = OptionNegotiator(protocolNumber: ProtocolNumber.lcp, policy: LCPPolicy(configuration: LCPConfiguration(), random: LinkRandom(seed: 1)))
+        var a = OptionNegotiator(protocolNumber: ProtocolNumber.lcp, policy: LCPPolicy(configuration: LCPConfiguration(), random: LinkRandom(SplitMix64(seed: 1))))
         a.open(now: .zero)
         a.up(now: .zero)
         _ = a.takeOutputs()

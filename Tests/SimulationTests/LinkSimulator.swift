@@ -79,7 +79,7 @@ struct SimulatedEnd {
     var tcp: TCPConfiguration
 
     init(_ configuration: LinkConfiguration, seed: UInt64, tcp: TCPConfiguration) {
-        link = PPPLink(configuration: configuration, seed: seed)
+        link = PPPLink(configuration: configuration, random: SplitMix64(seed: seed))
         self.seed = seed
         self.tcp = tcp
     }
