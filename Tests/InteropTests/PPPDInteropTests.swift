@@ -74,6 +74,17 @@ struct PPPDInteropTests {
         }
     }
 
+    /// The host role given no addresses, against a pppd that insists on its own pair (no
+    /// accept options): like pppd, we take what the peer proposes, and both sides agree.
+    @Test func hostRoleWithoutAddressesTakesPppdsProposal() throws {
+        try withSession(vm: ["-r", "server", "-L", "10.0.2.15", "-R", "10.0.2.2", "-x", "noipv6"], ours: []) { s in
+            expectPppdAddresses(s.vm, local: "10.0.2.15", remote: "10.0.2.2")
+            expectOurAddresses(s.bridge, local: "10.0.2.2", remote: "10.0.2.15")
+            #expect(!s.vm.log.contains("Refused our IP address"), "pppd log:\n\(s.vm.log.suffix(2000))")
+            #expect(s.bridge.terminate() == 0)
+        }
+    }
+
     @Test func asyncmapZeroMRU296AndNoVJ() throws {
         try withSession(vm: ["-x", "noipv6 asyncmap 0 mru 296 novj"],
                         ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15", "--novj"]) { s in
