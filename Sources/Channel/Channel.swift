@@ -353,7 +353,7 @@ public final class Channel: @unchecked Sendable {
         if relayUpstream != nil, link.ipcp.dnsServers.isEmpty, let local = link.ipcp.localAddress, !link.ipcp.acceptLocal {
             link.ipcp.dnsServers = [local]
         }
-        let attachment = StackAttachment(services: configuration.services, tcp: configuration.tcp, seed: seed &+ 1) { [weak self] text in
+        let attachment = StackAttachment(services: configuration.services, tcp: configuration.tcp) { [weak self] text in
             self?.log(text)
         }
         attachment.maximumConnections = configuration.stackConnectionLimit

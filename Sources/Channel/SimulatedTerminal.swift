@@ -39,7 +39,7 @@ public final class SimulatedTerminal: @unchecked Sendable {
         }
         var seed: UInt64 = 0
         withUnsafeMutableBytes(of: &seed) { _ = getentropy($0.baseAddress, $0.count) }
-        attachment = StackAttachment(seed: seed &+ 1) { _ in }
+        attachment = StackAttachment { _ in }
         let served = echoPorts.map { (DiagnosticService.echo, $0) } + services
         if !served.isEmpty { attachment.add(DiagnosticServices(ports: served)) }
         transfers = TerminalTransfers(loop: loop)

@@ -1,3 +1,4 @@
+import Crypto
 import Glibc
 import NetStack
 import PPP
@@ -55,7 +56,9 @@ public final class StackAttachment: NetworkAttachment {
     /// The user timeout of the connections applications accept and open (see
     /// `ChannelConfiguration.connectionUserTimeout`); nil leaves `tcp.userTimeout`.
     public var connectionUserTimeout: Duration?
-    private let seed: UInt64
+    /// Seeds each stack's secrets in tests and simulations; nil (production) draws them from
+    /// the CSPRNG, afresh for every link.
+    private let seed: UInt64?
     private let output: (String) -> Void
     public private(set) var applications: [StackApplication] = []
     private var portOwners: [UInt16: StackApplication] = [:]
@@ -76,7 +79,7 @@ public final class StackAttachment: NetworkAttachment {
         var reported = false
     }
 
-    public init(services: [DiagnosticService] = [], tcp: TCPConfiguration = TCPConfiguration(), seed: UInt64, output: @escaping (String) -> Void) {
+    public init(services: [DiagnosticService] = [], tcp: TCPConfiguration = TCPConfiguration(), seed: UInt64? = nil, output: @escaping (String) -> Void) {
         self.tcp = tcp
         self.seed = seed
         self.output = output
@@ -169,7 +172,12 @@ public final class StackAttachment: NetworkAttachment {
         // VJ compresses only headers whose TCP options repeat; timestamps change in every
         // segment, so with VJ on the link we do not offer them (RFC 1144 predates them).
         if result.transmitVJ != nil { c.tcp.timestamps = false }
-        stack = IPStack(configuration: c, seed: seed)
+        if let seed {
+            stack = IPStack(configuration: c, seed: seed)
+        } else {
+            var random = CSPRNG()
+            stack = IPStack(configuration: c, random: &random)
+        }
         self.result = result
         for a in applications { a.start(self, now: now) }
         // The first ping waits one interval: the peer's side of the link is usually still being

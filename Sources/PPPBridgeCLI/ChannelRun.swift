@@ -191,7 +191,7 @@ final class ChannelRun {
     static func json(_ s: ChannelStatus) -> String {
         func traffic(_ t: TrafficCounters) -> [String: Any] {
             ["connections": t.connections, "active": t.active, "bytes_to_terminal": t.bytesToTerminal,
-             "bytes_to_host": t.bytesToHost, "failures": t.failures]
+             "bytes_to_host": t.bytesToHost, "failures": t.failures, "refused": t.refused]
         }
         var object: [String: Any] = [
             "state": s.state.rawValue,
@@ -205,7 +205,15 @@ final class ChannelRun {
             object["dns"] = a.dns.map { $0.description as Any } ?? NSNull()
             object["terminal_ip"] = a.terminalIP.description
         }
-        if let p = s.proxy { object["proxy"] = traffic(p).merging(["refused": s.proxyRefusals]) { $1 } }
+        if let p = s.proxy {
+            object["proxy"] = traffic(p).merging(["refused": s.proxyRefusals, "refused_by_policy": s.proxyPolicyRefusals,
+                                                  "handshake_timeouts": s.proxyHandshakeTimeouts]) { $1 }
+        }
+        let q = s.lineQueue
+        object["line_queue"] = ["queued": q.queued, "peak": q.peak, "dropped_packets": q.droppedPackets,
+                                "dropped_control_bytes": q.droppedControlBytes, "read_pauses": q.readPauses]
+        object["accept_backoffs"] = s.acceptBackoffs
+        object["listen_refusals"] = s.listenRefusals
         if let r = s.lastCloseReason { object["last_close_reason"] = r.description }
         return encode(object)
     }

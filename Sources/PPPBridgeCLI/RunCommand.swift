@@ -499,7 +499,7 @@ struct RunCommand {
                 return RunCommand.Status.openFailed
             }
         } else {
-            let stack = StackAttachment(services: services, tcp: tcp, seed: seed &+ 1, output: output)
+            let stack = StackAttachment(services: services, tcp: tcp, output: output)
             if let pingTarget { stack.ping(pingTarget, count: pingCount) }
             attachment = stack
         }

@@ -40,6 +40,11 @@ import Testing
         #expect(json["terminal_ip"] as? String == "192.168.53.2")
         #expect((json["bridges"] as? [[String: Any]])?.map { $0["kind"] as? String } == ["host", "local"])
         #expect((json["proxy"] as? [String: Any])?["refused"] as? Int == 0)
+        #expect((json["proxy"] as? [String: Any])?["refused_by_policy"] as? Int == 0)
+        // The bounds against a hostile peer are in the file too.
+        #expect((json["line_queue"] as? [String: Any])?["dropped_packets"] as? Int == 0)
+        #expect(json["listen_refusals"] as? Int == 0 && json["accept_backoffs"] as? Int == 0)
+        #expect((json["bridges"] as? [[String: Any]])?.first?["refused"] as? Int == 0)
 
         // SIGTERM: Terminate on the line, exit 0; the terminal sees the peer end the link.
         #expect(bridge.terminate() == 0)
