@@ -85,6 +85,20 @@ struct PPPDInteropTests {
         }
     }
 
+    /// Given addresses of our own against a pppd insisting on its pair, neither side can give
+    /// in: the link ends at once with both sides' addresses named, exit 10, instead of an IPCP
+    /// we would report opened with addresses pppd never took.
+    @Test func conflictingAddressesEndTheLinkNamingBothSides() throws {
+        try withSession(vm: ["-r", "server", "-L", "10.0.2.15", "-R", "10.0.2.2", "-x", "noipv6"],
+                        ours: ["--local-ip", "192.168.53.1", "--terminal-ip", "192.168.53.2"], expectOpen: false) { s in
+            let status = s.bridge.waitForExit(60)
+            #expect(status == 10, "pppbridge:\n\(s.bridge.output)")
+            #expect(s.bridge.has("we insisted on 192.168.53.1 for us and 192.168.53.2 for the peer"), "pppbridge:\n\(s.bridge.output)")
+            #expect(s.bridge.has("the peer insisted on 10.0.2.15 for itself and 10.0.2.2 for us"), "pppbridge:\n\(s.bridge.output)")
+            #expect(!s.bridge.has("IPCP opened"), "pppbridge:\n\(s.bridge.output)")
+        }
+    }
+
     @Test func asyncmapZeroMRU296AndNoVJ() throws {
         try withSession(vm: ["-x", "noipv6 asyncmap 0 mru 296 novj"],
                         ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15", "--novj"]) { s in
