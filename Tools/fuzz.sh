@@ -9,6 +9,7 @@
 # and the SOCKS handshake parser),
 # stack (our IPv4/ICMP/UDP/TCP input path: parsers, reassembly, TCP state machine),
 # link (line bytes through the decoder, LCP, PAP/CHAP, IPCP, VJ into the stack: a whole link),
+# channel (the proxy's SOCKS negotiation and destination policy, the DNS relay's book of queries),
 # messages (the payment reader protocol's frame decoder, JSON parser and message envelope).
 # Seeds come from ../shared/traces, made-up sessions (Tools/fuzz_seeds.py) and the committed
 # regression inputs (Tools/Fuzz/regressions/TARGET, replayed by the tests). The stack and link
@@ -22,7 +23,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(stream packets stack link messages)
+[ ${#targets[@]} -gt 0 ] || targets=(stream packets stack link channel messages)
 
 scratch=.build/fuzz
 traces=${PPPBRIDGE_TRACES:-../shared/traces}

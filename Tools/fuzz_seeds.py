@@ -8,6 +8,8 @@ packets: each capture record's bytes, once for each of the target's four packet 
 messages: reader-protocol frames (the specification's message shapes), one and several per input.
 stack:   a flags byte, then the IPv4 packets of each capture, eight at a time, each behind a
          2-byte length; and made-up exchanges (a TCP connection to port 80, fragments, UDP).
+channel: SOCKS handshakes behind a selector byte, and DNS relay operations (queries, answers,
+         time, closes).
 link:    a flags byte, then PPP frames (protocol and information, each behind a 2-byte length):
          a terminal's whole session (LCP, PAP or CHAP, IPCP, then the stack's exchanges).
 Only seeds are made here; the project's readers (libpcap, the record reader) are what is fuzzed.
@@ -111,6 +113,19 @@ def link_sessions():
     return sessions
 
 
+def socks_handshakes():
+    """SOCKS4, 4a and 5 handshakes (with and without a password) for the proxy's parser."""
+    return [
+        b"\x04\x01\x01\xbb\x7f\x00\x00\x01user\x00data",
+        b"\x04\x01\x00\x50\x00\x00\x00\x01\x00example.test\x00",
+        b"\x05\x01\x00\x05\x01\x00\x01\x7f\x00\x00\x01\x17\x70hello",
+        b"\x05\x01\x00\x05\x01\x00\x03\x0cexample.test\x01\xbb",
+        b"\x05\x01\x00\x05\x01\x00\x04" + bytes(range(16)) + b"\x00\x50",
+        b"\x05\x02\x00\x02\x01\x04user\x06secret\x05\x01\x00\x01\x0a\x00\x00\x01\x00\x35",
+        b"\x05\x01\x00\x05\x03\x00\x01\x00\x00\x00\x00\x00\x00",
+    ]
+
+
 def main():
     target, traces, out = sys.argv[1:4]
     count = 0
@@ -149,17 +164,26 @@ def main():
         for n, session in enumerate(link_sessions()):
             open(os.path.join(out, f"session-{n}"), "wb").write(session)
             count += 1
+    if target == "channel":
+        for n, h in enumerate(socks_handshakes()):
+            for selector in (0, 2):
+                open(os.path.join(out, f"socks-{n}-{selector}"), "wb").write(bytes([selector]) + h)
+                count += 1
+        op = lambda kind, data: bytes([kind]) + len(data).to_bytes(2, "big") + data
+        query = b"\x12\x34\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07example\x04test\x00\x00\x01\x00\x01"
+        answer = query[:2] + b"\x81\x80" + query[4:]
+        sequences = [
+            op(0, query) + op(1, answer) + op(2, b"x" * 120),
+            op(0, query) + op(0, query) + op(5, answer) + op(3, b"") + op(2, b"x" * 40) + op(1, answer),
+            b"".join(op(0, query) for _ in range(10)) + op(2, b"x" * 200),
+            op(0, b"short") + op(1, b"\x00" * 12),
+        ]
+        for n, seq in enumerate(sequences):
+            open(os.path.join(out, f"dns-{n}"), "wb").write(b"\x01" + seq)
+            count += 1
     if target == "packets":
         # SOCKS handshakes for the proxy's parser (selector 4; selector 9, bit 3 set, adds a password).
-        handshakes = [
-            b"\x04\x01\x01\xbb\x7f\x00\x00\x01user\x00data",
-            b"\x04\x01\x00\x50\x00\x00\x00\x01\x00example.test\x00",
-            b"\x05\x01\x00\x05\x01\x00\x01\x7f\x00\x00\x01\x17\x70hello",
-            b"\x05\x01\x00\x05\x01\x00\x03\x0cexample.test\x01\xbb",
-            b"\x05\x01\x00\x05\x01\x00\x04" + bytes(range(16)) + b"\x00\x50",
-            b"\x05\x02\x00\x02\x01\x04user\x06secret\x05\x01\x00\x01\x0a\x00\x00\x01\x00\x35",
-            b"\x05\x01\x00\x05\x03\x00\x01\x00\x00\x00\x00\x00\x00",
-        ]
+        handshakes = socks_handshakes()
         for n, h in enumerate(handshakes):
             for selector in (4, 9):
                 open(os.path.join(out, f"socks-{n}-{selector}"), "wb").write(bytes([selector]) + h)

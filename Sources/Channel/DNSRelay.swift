@@ -7,7 +7,8 @@ import NetStack
 /// hand out) by asking an upstream resolver from the host. An off-path attacker who wants to
 /// slip a forged answer in must guess both the query id and the source port (RFC 5452 §4,
 /// §9.2), so each query leaves with an id and from a port of its own, drawn independently from
-/// the CSPRNG; unanswered ones are forgotten after 5 s.
+/// the CSPRNG; unanswered ones are forgotten after 5 s. The book of queries is sans-IO
+/// (`DNSRelayQueries`); this class owns their sockets.
 final class DNSRelay: StackApplication {
     static let port: UInt16 = 53
     static let timeout: Duration = .seconds(5)
@@ -15,13 +16,6 @@ final class DNSRelay: StackApplication {
     static let maximumInFlight = 64
     /// Random ports tried for one query before it is dropped (another socket may hold one).
     static let bindAttempts = 8
-
-    private struct Query {
-        let client: TCPEndpoint
-        let clientID: UInt16
-        let upstreamID: UInt16
-        let deadline: Instant
-    }
 
     /// Any generator, held so that `random(in:using:)` can take it.
     private struct Generator: RandomNumberGenerator {
@@ -36,9 +30,8 @@ final class DNSRelay: StackApplication {
     /// Source ports are drawn from the kernel's ephemeral range, away from ports services use.
     private let sourcePorts: ClosedRange<UInt16>
     /// By the query's own socket.
-    private var inFlight: [Int32: Query] = [:]
-    /// `mismatched`: datagrams from the upstream carrying another id, ignored.
-    private(set) var counters = (queries: 0, answers: 0, timeouts: 0, dropped: 0, mismatched: 0)
+    private var queries = DNSRelayQueries<Int32>(capacity: DNSRelay.maximumInFlight, timeout: DNSRelay.timeout)
+    var counters: DNSRelayQueries<Int32>.Counters { queries.counters }
     var log: (String) -> Void = { _ in }
 
     init(upstream: TCPEndpoint, loop: EventLoop, random: any RandomNumberGenerator = CSPRNG(),
@@ -83,7 +76,7 @@ final class DNSRelay: StackApplication {
     }
 
     func stop() {
-        for fd in inFlight.keys { finish(fd) }
+        for fd in queries.slots { finish(fd) }
         host = nil
     }
 
@@ -93,33 +86,26 @@ final class DNSRelay: StackApplication {
     func datagram(port: UInt16, now: Instant) {
         guard let host else { return }
         while let (from, payload) = host.stack?.receiveDatagram(port: port) {
-            guard payload.count >= 12, inFlight.count < DNSRelay.maximumInFlight else {
-                counters.dropped += 1
-                continue
-            }
+            guard queries.admits(payload) else { continue }
             let upstreamID = UInt16.random(in: .min ... .max, using: &random)
-            guard let fd = openSocket() else {
-                counters.dropped += 1
+            guard let query = DNSRelayQueries<Int32>.upstreamQuery(payload, id: upstreamID), let fd = openSocket() else {
+                queries.notSent()
                 continue
             }
-            var query = payload
-            query[0] = UInt8(upstreamID >> 8)
-            query[1] = UInt8(upstreamID & 0xFF)
             let sent = query.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             guard sent == query.count else {
                 Glibc.close(fd)
-                counters.dropped += 1
+                queries.notSent()
                 continue
             }
             do {
                 try loop.register(fd, events: EPOLLIN.rawValue) { [unowned self] _ in self.answer(fd) }
             } catch {
                 Glibc.close(fd)
-                counters.dropped += 1
+                queries.notSent()
                 continue
             }
-            inFlight[fd] = Query(client: from, clientID: BigEndian.uint16(payload, 0), upstreamID: upstreamID, deadline: now + DNSRelay.timeout)
-            counters.queries += 1
+            queries.sent(payload, from: from, upstreamID: upstreamID, on: fd, now: now)
         }
     }
 
@@ -139,7 +125,7 @@ final class DNSRelay: StackApplication {
     }
 
     private func finish(_ fd: Int32) {
-        guard inFlight.removeValue(forKey: fd) != nil else { return }
+        queries.remove(fd)
         loop.unregister(fd)
         Glibc.close(fd)
     }
@@ -147,33 +133,23 @@ final class DNSRelay: StackApplication {
     /// The upstream's answer on a query's socket: only one carrying the id we sent is taken.
     private func answer(_ fd: Int32) {
         var buffer = [UInt8](repeating: 0, count: 65536)
-        while let q = inFlight[fd] {
+        while queries.isWaiting(on: fd) {
             let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             // Nothing more now, or an error queued for the socket (ICMP port unreachable): the
             // query stays until its deadline.
             guard n > 0 else { return }
-            guard n >= 12, BigEndian.uint16(buffer, 0) == q.upstreamID else {
-                counters.mismatched += 1
-                continue
-            }
+            guard let (client, answer) = queries.answer(Array(buffer[0..<n]), on: fd) else { continue }
             finish(fd)
             guard host?.stack != nil else { return }
-            var answer = Array(buffer[0..<n])
-            answer[0] = UInt8(q.clientID >> 8)
-            answer[1] = UInt8(q.clientID & 0xFF)
-            counters.answers += 1
-            host?.stack?.sendDatagram(from: DNSRelay.port, to: q.client, payload: answer, now: loop.now)
+            host?.stack?.sendDatagram(from: DNSRelay.port, to: client, payload: answer, now: loop.now)
             return
         }
     }
 
-    var pollAt: Instant? { inFlight.values.lazy.map(\.deadline).min() }
+    var pollAt: Instant? { queries.pollAt }
 
     func poll(now: Instant) {
-        for (fd, q) in inFlight where q.deadline <= now {
-            finish(fd)
-            counters.timeouts += 1
-        }
+        for fd in queries.expire(now: now) { finish(fd) }
     }
 
     func report() -> [String] {

@@ -1,0 +1,110 @@
+// libFuzzer target: the channel's sans-IO pieces that take a terminal's input over the link.
+//
+// The first byte chooses:
+//   even: a SOCKS client. The rest is what it sends, fed to `SocksNegotiation` (bit 1 of the
+//         first byte: a password is required) in pieces whose sizes the bytes themselves pick;
+//         the outcome must not depend on the cut. A CONNECT request's destination is classified
+//         as the proxy's policy would (`IPv4AddressScope`), and its replies are built.
+//   odd:  the DNS relay's book of queries. The rest is a series of operations, each a byte
+//         and a 2-byte big-endian length with that many bytes: a client's query (admitted,
+//         sent under a fresh id on a slot), an upstream datagram on a slot (answered only under
+//         the id sent), time passing, a slot closed. The cap and the ids must hold throughout.
+// Nothing may trap.
+import FuzzSupport
+import NetStack
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzChannel(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    guard let data, size > 0 else { return 0 }
+    let input = Array(UnsafeBufferPointer(start: data, count: size))
+    if input[0] & 1 == 0 {
+        socksClient(input)
+    } else {
+        dnsRelay(input)
+    }
+    return 0
+}
+
+func socksClient(_ input: [UInt8]) {
+    let body = Array(input.dropFirst())
+    let passwords: [String: String]? = input[0] & 2 != 0 ? ["user": "secret"] : nil
+    var whole = SocksNegotiation(passwords: passwords)
+    let once = whole.feed(body)
+    var cut = SocksNegotiation(passwords: passwords)
+    var pieces: [SocksNegotiation.Step] = []
+    var i = 0
+    while i < body.count {
+        let n = 1 + Int(body[i] % 13)
+        pieces += cut.feed(Array(body[i..<min(body.count, i + n)]))
+        i += n
+    }
+    let ends = { (steps: [SocksNegotiation.Step]) in steps.filter { if case .needMore = $0 { return false } else { return true } } }
+    precondition(ends(once) == ends(pieces), "SOCKS steps depend on how the input was cut")
+    precondition(whole.leftover == cut.leftover, "SOCKS leftover depends on how the input was cut")
+    precondition(body.count <= SocksNegotiation.maximumHandshakeBytes || ends(once).count >= 1, "an endless handshake was not refused")
+    guard case let .request(request, _)? = once.last else { return }
+    FuzzDepth.count("socks-requests")
+    _ = request.host.description
+    if case let .ipv4(address) = request.host {
+        let scope = IPv4AddressScope(address)
+        _ = scope.description
+        FuzzDepth.count("socks-\(scope)")
+    }
+    for version in [SocksVersion.socks4, .socks5] {
+        _ = SocksNegotiation.failureReply(for: version, .notAllowed)
+    }
+    _ = SocksNegotiation.successReply(for: request, bound: IPv4Address(192, 168, 53, 1), port: 1080)
+}
+
+func dnsRelay(_ input: [UInt8]) {
+    var book = DNSRelayQueries<Int>(capacity: 8, timeout: .seconds(5))
+    var random = SplitMix64(seed: UInt64(input[0]))
+    var sentIDs: [Int: UInt16] = [:]
+    var now = Instant.zero
+    var nextSlot = 0
+    var i = 1
+    while i + 3 <= input.count {
+        let op = input[i]
+        let n = min(Int(input[i + 1]) << 8 | Int(input[i + 2]), input.count - i - 3)
+        let bytes = Array(input[(i + 3)..<(i + 3 + n)])
+        i += 3 + n
+        switch op % 4 {
+        case 0:
+            guard book.admits(bytes) else { break }
+            let id = UInt16.random(in: .min ... .max, using: &random)
+            guard let upstream = DNSRelayQueries<Int>.upstreamQuery(bytes, id: id) else { preconditionFailure("an admitted query had no header") }
+            precondition(upstream.count == bytes.count && Array(upstream.dropFirst(2)) == Array(bytes.dropFirst(2)), "the relay changed more than the id")
+            book.sent(bytes, from: TCPEndpoint(IPv4Address(192, 168, 53, 2), 5353), upstreamID: id, on: nextSlot, now: now)
+            sentIDs[nextSlot] = id
+            nextSlot += 1
+        case 1:
+            let slot = Int(op >> 2) % max(nextSlot, 1)
+            if let (_, answer) = book.answer(bytes, on: slot) {
+                FuzzDepth.count("dns-answers")
+                precondition(bytes.count >= 12 && sentIDs[slot] == UInt16(bytes[0]) << 8 | UInt16(bytes[1]), "an answer under another id was taken")
+                precondition(answer.count == bytes.count, "an answer changed length")
+                sentIDs[slot] = nil
+            }
+        case 2:
+            now = now + .milliseconds(Int64(n) * 50)
+            for slot in book.expire(now: now) { sentIDs[slot] = nil }
+        default:
+            let slot = Int(op >> 2) % max(nextSlot, 1)
+            book.remove(slot)
+            sentIDs[slot] = nil
+        }
+        precondition(book.count <= book.capacity, "queries in flight over the cap")
+        if let p = book.pollAt { precondition(p > now, "a query outlived its deadline") }
+    }
+}
+
+#if FUZZING
+@_cdecl("FuzzChannel_main")
+func fuzzerMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+    runFuzzer(argc, argv, fuzzChannel)
+}
+#else
+@main struct Replay {
+    static func main() { replay(fuzzChannel) }
+}
+#endif
