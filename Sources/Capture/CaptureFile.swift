@@ -25,17 +25,34 @@ public final class CaptureFile {
 
     /// Creates (or truncates) `path` for writing.
     public init(path: String, limit: Int = CaptureFile.defaultLimit) throws(CaptureError) {
-        let fd = retryingOnInterrupt { open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600) }
+        // Not truncated at open: an existing file is checked first.
+        let fd = retryingOnInterrupt { open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
         guard fd >= 0 else {
             let e = errno
             if e == ELOOP { throw CaptureError("\(path) is a symbolic link, which is not written through") }
             throw CaptureError("\(path): \(String(cString: strerror(e)))")
         }
-        // An existing regular file keeps its mode through O_CREAT; what we write into it is as
-        // private as a new one. Devices and FIFOs (a live reader) are left as they are.
+        // An existing regular file must be ours and have no other name: in a shared directory
+        // another user could have planted it (and would then own what we write, passwords of a
+        // capture included), or made it a hard link to a file of ours elsewhere. It keeps its
+        // mode through O_CREAT, so it is made as private as a new one. Devices and FIFOs (a live
+        // reader) are left as they are.
         var st = stat()
-        if fstat(fd, &st) == 0 && st.st_mode & S_IFMT == S_IFREG && st.st_mode & 0o077 != 0 {
-            _ = fchmod(fd, 0o600)
+        guard fstat(fd, &st) == 0 else {
+            let e = errno
+            _ = Glibc.close(fd)
+            throw CaptureError("\(path): \(String(cString: strerror(e)))")
+        }
+        if st.st_mode & S_IFMT == S_IFREG {
+            guard st.st_uid == geteuid(), st.st_nlink == 1 else {
+                _ = Glibc.close(fd)
+                throw CaptureError("\(path) belongs to another user or has other names (hard links); not written")
+            }
+            guard ftruncate(fd, 0) == 0, st.st_mode & 0o077 == 0 || fchmod(fd, 0o600) == 0 else {
+                let e = errno
+                _ = Glibc.close(fd)
+                throw CaptureError("\(path): \(String(cString: strerror(e)))")
+            }
         }
         self.path = path
         self.limit = max(0, limit)

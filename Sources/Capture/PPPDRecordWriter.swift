@@ -157,8 +157,9 @@ struct HeldFrame {
             fcsLength = 4
             fcsValid = true
         }
-        // A frame the line ended inside has no FCS yet: all of it is packet.
-        if !fcsValid && plain.count < 4 { fcsLength = 0 }
+        // A frame without a valid FCS (the line ended inside it, or it was damaged) is masked
+        // whole: its last bytes may be password bytes, not an FCS.
+        if !fcsValid { fcsLength = 0 }
         let body = Array(plain.dropLast(fcsLength))
         guard let header = body.withUnsafeBytes({ PPPHeader.parse($0) }),
               let info = masker.masked(protocol: header.protocol, information: Array(body[header.length...]), direction: direction)

@@ -1,4 +1,4 @@
-import Capture
+@testable import Capture
 import Foundation
 import Framing
 import Glibc
@@ -72,6 +72,28 @@ func fileMode(_ path: String) -> mode_t {
         _ = FileManager.default.createFile(atPath: existing, contents: nil, attributes: [.posixPermissions: 0o644])
         try PcapWriter(path: existing).close()
         #expect(fileMode(existing) == 0o600)
+    }
+
+    /// In a shared directory another user may plant the file (it would then own what we write)
+    /// or make it a second name of a file of ours: both are refused, and nothing is truncated.
+    @Test func aPlantedOrHardLinkedFileIsRefused() throws {
+        let scratch = try ScratchDirectory()
+        let planted = scratch.path + "/planted.pcap"
+        _ = FileManager.default.createFile(atPath: planted, contents: Data("theirs".utf8))
+        // Another owner (nobody); only root can give a file away, as in a shared /tmp.
+        if geteuid() == 0 {
+            #expect(chown(planted, 65534, 65534) == 0)
+            #expect(throws: CaptureError(planted + " belongs to another user or has other names (hard links); not written")) {
+                try PcapWriter(path: planted)
+            }
+            #expect(try String(contentsOfFile: planted, encoding: .utf8) == "theirs")
+        }
+        let ours = scratch.path + "/ours"
+        _ = FileManager.default.createFile(atPath: ours, contents: Data("keep".utf8))
+        let second = scratch.path + "/second.pcap"
+        #expect(link(ours, second) == 0)
+        #expect(throws: CaptureError.self) { try PPPDRecordWriter(path: second, startTime: 0) }
+        #expect(try String(contentsOfFile: ours, encoding: .utf8) == "keep")
     }
 }
 
@@ -190,6 +212,18 @@ func fileMode(_ path: String) -> mode_t {
         // Without the slot's uncompressed frame the compressed one cannot be placed: left alone.
         var fresh = SecretMasker(socksPorts: [1080])
         #expect(fresh.masked(protocol: ProtocolNumber.vjCompressedTCP, information: compressed, direction: .received) == nil)
+    }
+
+    /// The line ended right after a PAP password, before the FCS: the last two bytes are
+    /// password bytes, not an FCS, and are masked with the rest.
+    @Test func anUnterminatedPAPFrameIsMaskedToItsLastByte() {
+        let password = Array("secret".utf8)
+        let info: [UInt8] = [1, 1, 0, UInt8(4 + 1 + 4 + 1 + password.count), 4] + Array("user".utf8) + [UInt8(password.count)] + password
+        let raw: [UInt8] = [0xFF, 0x7D, 0x23, 0xC0, 0x23] + info.flatMap { $0 < 0x20 ? [0x7D, $0 ^ 0x20] : [$0] }
+        var masker = SecretMasker()
+        let out = HeldFrame.masked(raw, direction: .received, masker: &masker)
+        #expect(!contains(out, Array("et".utf8)) && !contains(out, Array("secret".utf8)))
+        #expect(Array(out.suffix(password.count)) == [UInt8](repeating: 0x2A, count: password.count))
     }
 
     @Test func hostilePAPLengthsMaskWhatIsThere() {
