@@ -11,7 +11,9 @@ public struct FragmentReassembly: Sendable {
     }
 
     public struct Limits: Sendable, Equatable {
-        /// Payload bytes held across every pending datagram.
+        /// Memory held across every pending datagram: each piece's payload and
+        /// `pieceOverhead` for its bookkeeping, so 8-byte fragments cannot hold nine times
+        /// what they say.
         public var memory: Int
         /// Datagrams pending at once, and from one source address.
         public var datagrams: Int
@@ -43,6 +45,9 @@ public struct FragmentReassembly: Sendable {
         public var total: Int { beyondEnd + overlapping + tooLarge + malformed + evicted }
     }
 
+    /// What one held piece costs besides its payload (its array slot and buffer header).
+    public static let pieceOverhead = 64
+
     struct Piece: Sendable {
         var offset: Int
         var bytes: [UInt8]
@@ -70,8 +75,14 @@ public struct FragmentReassembly: Sendable {
     private var order: [(key: Key, serial: UInt64)] = []
     private var orderHead = 0
     private var nextSerial: UInt64 = 0
+    /// The datagram `add` has taken out of `pending` while it changes: still alive for the
+    /// bookkeeping of `order`.
+    private var takenOut: (key: Key, serial: UInt64)?
     private var perSource: [IPv4Address: Int] = [:]
+    /// Payload bytes held.
     public private(set) var bytesHeld = 0
+    /// Payload plus `pieceOverhead` per piece: what `limits.memory` bounds.
+    public private(set) var memoryHeld = 0
     public private(set) var reassembled = 0
     public private(set) var timedOut = 0
     public private(set) var drops = Drops()
@@ -107,8 +118,13 @@ public struct FragmentReassembly: Sendable {
             drops.tooLarge += 1
             return nil
         }
+        // The entry is taken out of the table while it changes, so its pieces are changed in
+        // place rather than copied for every fragment.
+        let existing = pending.removeValue(forKey: key)
+        takenOut = existing.map { (key, $0.serial) }
+        defer { takenOut = nil }
         var entry: Pending
-        if let existing = pending[key] {
+        if let existing {
             entry = existing
         } else {
             makeRoomForDatagram(from: header.source)
@@ -118,7 +134,7 @@ public struct FragmentReassembly: Sendable {
 
         if !header.moreFragments {
             if let t = entry.totalLength, t != end {
-                drop(key)
+                release(entry, key, wasHeld: existing != nil)
                 drops.beyondEnd += 1
                 return nil
             }
@@ -126,14 +142,14 @@ public struct FragmentReassembly: Sendable {
         }
         // Once the end is known, nothing may lie beyond it: this piece, nor one held before.
         if let t = entry.totalLength, end > t || (entry.pieces.last?.end ?? 0) > t {
-            drop(key)
+            release(entry, key, wasHeld: existing != nil)
             drops.beyondEnd += 1
             return nil
         }
         if offset == 0 { entry.first = header }
         let headerLength = entry.first?.headerLength ?? 20
         if headerLength + max(end, entry.pieces.last?.end ?? 0) > 65535 {
-            drop(key)
+            release(entry, key, wasHeld: existing != nil)
             drops.tooLarge += 1
             return nil
         }
@@ -141,6 +157,7 @@ public struct FragmentReassembly: Sendable {
         // Sorted insertion; an exact duplicate is harmless, any other overlap poisons the datagram.
         let index = entry.pieces.firstIndex { $0.offset >= offset } ?? entry.pieces.count
         if index < entry.pieces.count, entry.pieces[index].offset == offset, entry.pieces[index].bytes == payload {
+            keep(entry, key, isNew: existing == nil)
             return nil
         }
         let overlapsBefore = index > 0 && entry.pieces[index - 1].end > offset
@@ -148,18 +165,19 @@ public struct FragmentReassembly: Sendable {
         // Zero-length pieces overlap nothing but still sit at one point: two at one offset clash.
         let samePoint = index < entry.pieces.count && entry.pieces[index].offset == offset
         if overlapsBefore || overlapsAfter || samePoint {
-            drop(key)
+            release(entry, key, wasHeld: existing != nil)
             drops.overlapping += 1
             return nil
         }
 
-        // Make room in memory: the oldest datagrams go first, never this one.
-        while bytesHeld + payload.count > limits.memory, let oldest = oldestKey(excluding: key) {
+        // Make room in memory: the oldest datagrams go first (this one is out of the table).
+        let cost = payload.count + Self.pieceOverhead
+        while memoryHeld + cost > limits.memory, let oldest = oldestKey(excluding: key) {
             drop(oldest)
             drops.evicted += 1
         }
-        guard bytesHeld + payload.count <= limits.memory else {
-            drop(key)
+        guard memoryHeld + cost <= limits.memory else {
+            release(entry, key, wasHeld: existing != nil)
             drops.evicted += 1
             return nil
         }
@@ -167,13 +185,13 @@ public struct FragmentReassembly: Sendable {
         entry.pieces.insert(Piece(offset: offset, bytes: payload), at: index)
         entry.bytesHeld += payload.count
         bytesHeld += payload.count
-        if pending.updateValue(entry, forKey: key) == nil {
-            perSource[key.source, default: 0] += 1
-            order.append((key, entry.serial))
-        }
+        memoryHeld += cost
 
-        guard let total = entry.totalLength, let first = entry.first, Self.holesFilled(entry.pieces, total: total) else { return nil }
-        drop(key)
+        guard let total = entry.totalLength, let first = entry.first, Self.holesFilled(entry.pieces, total: total) else {
+            keep(entry, key, isNew: existing == nil)
+            return nil
+        }
+        release(entry, key, wasHeld: existing != nil)
         reassembled += 1
         var whole = [UInt8]()
         whole.reserveCapacity(total)
@@ -183,6 +201,15 @@ public struct FragmentReassembly: Sendable {
         h.moreFragments = false
         h.payloadLength = total
         return (h, whole)
+    }
+
+    /// Puts an entry (back) in the table.
+    private mutating func keep(_ entry: Pending, _ key: Key, isNew: Bool) {
+        pending[key] = entry
+        if isNew {
+            perSource[key.source, default: 0] += 1
+            order.append((key, entry.serial))
+        }
     }
 
     /// RFC 815: the datagram is whole when no hole is left between 0 and its end.
@@ -218,18 +245,32 @@ public struct FragmentReassembly: Sendable {
         return nil
     }
 
+    private func isLive(_ key: Key, _ serial: UInt64) -> Bool {
+        pending[key]?.serial == serial || (takenOut?.key == key && takenOut?.serial == serial)
+    }
+
     private mutating func drop(_ key: Key) {
         guard let e = pending.removeValue(forKey: key) else { return }
+        release(e, key, wasHeld: true)
+    }
+
+    /// Forgets an entry already out of the table: its bytes, its place under its source's cap
+    /// (when it was held), and its place in `order`.
+    private mutating func release(_ e: Pending, _ key: Key, wasHeld: Bool) {
+        if takenOut?.key == key && takenOut?.serial == e.serial { takenOut = nil }
         bytesHeld -= e.bytesHeld
-        if let n = perSource[key.source], n > 1 { perSource[key.source] = n - 1 } else { perSource[key.source] = nil }
+        memoryHeld -= e.bytesHeld + e.pieces.count * Self.pieceOverhead
+        if wasHeld {
+            if let n = perSource[key.source], n > 1 { perSource[key.source] = n - 1 } else { perSource[key.source] = nil }
+        }
         // Keep the head live, so `pollAt` reads one entry, and compact when the dead outnumber
         // the living (amortised: each entry is moved a bounded number of times).
-        while orderHead < order.count, pending[order[orderHead].key]?.serial != order[orderHead].serial { orderHead += 1 }
+        while orderHead < order.count, !isLive(order[orderHead].key, order[orderHead].serial) { orderHead += 1 }
         if orderHead == order.count {
             order.removeAll(keepingCapacity: true)
             orderHead = 0
         } else if order.count > 64 && order.count > 4 * pending.count {
-            order = order[orderHead...].filter { pending[$0.key]?.serial == $0.serial }
+            order = order[orderHead...].filter { isLive($0.key, $0.serial) }
             orderHead = 0
         }
     }

@@ -117,6 +117,19 @@ import Testing
         #expect(r.bytesHeld == 64)
     }
 
+    /// Eight-byte fragments are charged for their bookkeeping too: a datagram sent in 8000 of
+    /// them cannot hold more than the memory limit, counting each piece's overhead.
+    @Test func tinyFragmentsAreChargedTheirBookkeeping() {
+        var r = FragmentReassembly(limits: .init(memory: 64 * 1024))
+        for i in 0..<8000 {
+            _ = r.add(header: header(offset: 8 * (8000 - i), more: true, length: 8), payload: bytes(8), now: .zero)
+            #expect(r.memoryHeld <= 64 * 1024)
+        }
+        #expect(r.memoryHeld == r.bytesHeld + (r.bytesHeld / 8) * FragmentReassembly.pieceOverhead)
+        #expect(r.bytesHeld <= 64 * 1024 / (8 + FragmentReassembly.pieceOverhead) * 8)
+        #expect(r.drops.evicted >= 1)
+    }
+
     /// `pollAt` is the oldest datagram's deadline, kept as datagrams come and go.
     @Test func deadlinesFollowTheOldestDatagram() {
         var r = FragmentReassembly()
