@@ -36,6 +36,11 @@ public struct TCPConfiguration: Sendable, Equatable {
     public var userTimeout: Duration?
     /// TIME-WAIT (2 MSL). Short by default: our peers are one link away.
     public var timeWait: Duration = .seconds(2)
+    /// How long a connection the application has fully closed waits in FIN-WAIT-2 for the
+    /// peer's FIN (Linux's tcp_fin_timeout). RFC 9293 §3.6 lets it wait for ever, but then a
+    /// peer that acknowledges our FIN and never sends its own holds the connection, and its
+    /// place under the listener's and the stack's limits, for good. nil: wait for ever.
+    public var finWait2Timeout: Duration? = .seconds(60)
     public var initialRetransmissionTimeout: Duration = .seconds(1)
     public var minimumRetransmissionTimeout: Duration = .milliseconds(200)
     public var maximumRetransmissionTimeout: Duration = .seconds(60)

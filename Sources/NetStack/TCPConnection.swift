@@ -21,6 +21,8 @@ public enum TCPCloseReason: String, Sendable, Equatable {
     case retransmissionTimeout = "retransmission timeout"
     case userTimeout = "user timeout"
     case keepAliveTimeout = "keep-alive timeout"
+    /// We closed; the peer acknowledged our FIN but never sent its own.
+    case finWait2Timeout = "FIN-WAIT-2 timeout"
     /// The application aborted, or closed with unread data (RFC 1122 §4.2.2.13).
     case aborted = "aborted"
 }
@@ -129,6 +131,8 @@ public struct TCPConnection: Sendable {
     private var keepAliveProbesSent = 0
     private var unacknowledgedSince: Instant?
     private var timeWaitDeadline: Instant?
+    /// When FIN-WAIT-2 began: the peer acknowledged our FIN.
+    private var finWait2Since: Instant?
     private var challengeWindowStart: Instant
     private var challengeAcksInWindow = 0
 
@@ -361,15 +365,29 @@ public struct TCPConnection: Sendable {
         return since + t
     }
 
+    /// Only once the application has closed for good: a half-closed connection still reads.
+    private var finWait2Deadline: Instant? {
+        guard state == .finWait2, applicationClosed, let since = finWait2Since, let t = configuration.finWait2Timeout else { return nil }
+        return since + t
+    }
+
     public var pollAt: Instant? {
         if state == .closed { return nil }
         if ackNow { return .zero }
-        return earliest(retransmitDeadline, persistDeadline, delayedAckDeadline, keepAliveDeadline, userTimeoutDeadline, timeWaitDeadline)
+        return earliest(retransmitDeadline, persistDeadline, delayedAckDeadline, keepAliveDeadline, userTimeoutDeadline, timeWaitDeadline,
+                        finWait2Deadline)
     }
 
     public mutating func poll(now: Instant) {
         if let d = timeWaitDeadline, now >= d {
             finish(.closed)
+            return
+        }
+        if let d = finWait2Deadline, now >= d {
+            // The peer took our FIN and never sent its own: forget the connection (a reset
+            // tells the peer, should it still be there).
+            abort(now: now)
+            replaceCloseReason(.finWait2Timeout)
             return
         }
         if let d = userTimeoutDeadline, now >= d {
@@ -797,7 +815,9 @@ public struct TCPConnection: Sendable {
         }
         if finAcked {
             switch state {
-            case .finWait1: state = .finWait2
+            case .finWait1:
+                state = .finWait2
+                finWait2Since = now
             case .closing: enterTimeWait(now: now)
             case .lastAck: finish(.closed)
             default: break
