@@ -198,7 +198,10 @@ public final class EventLoop: @unchecked Sendable {
             for t in timers { deadline = earliest(deadline, t.at) }
             var timeout: Int32 = -1
             if let d = deadline {
-                let ms = (d.nanoseconds - monotonicNow().nanoseconds + 999_999) / 1_000_000
+                // Saturating: a deadline at either end of time (a peer's huge delay) waits the
+                // longest epoll can, or not at all, instead of trapping.
+                let remaining = (d - monotonicNow()).nanoseconds
+                let ms = remaining > .max - 999_999 ? .max / 1_000_000 : (remaining + 999_999) / 1_000_000
                 timeout = Int32(clamping: max(0, ms))
             }
             let n = events.withUnsafeMutableBufferPointer { epoll_wait(epoll, $0.baseAddress, Int32($0.count), timeout) }

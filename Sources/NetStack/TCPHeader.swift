@@ -39,9 +39,9 @@ public enum TCPOption: Sendable, Equatable {
         case let .maximumSegmentSize(m): return [2, 4] + BigEndian.bytes(m)
         case let .windowScale(s): return [3, 3, s]
         case .sackPermitted: return [4, 2]
-        case let .sack(blocks): return [5, UInt8(2 + 8 * blocks.count)] + blocks.flatMap { BigEndian.bytes($0.0) + BigEndian.bytes($0.1) }
+        case let .sack(blocks): return [5, UInt8(clamping: 2 + 8 * blocks.count)] + blocks.flatMap { BigEndian.bytes($0.0) + BigEndian.bytes($0.1) }
         case let .timestamps(v, e): return [8, 10] + BigEndian.bytes(v) + BigEndian.bytes(e)
-        case let .other(kind, data): return [kind, UInt8(2 + data.count)] + data
+        case let .other(kind, data): return [kind, UInt8(clamping: 2 + data.count)] + data.prefix(253)
         }
     }
 }
@@ -179,7 +179,7 @@ public struct UDPHeader: Sendable, Equatable {
     }
 
     public func emit(source: IPv4Address, destination: IPv4Address, payload: [UInt8]) -> [UInt8] {
-        var h = BigEndian.bytes(sourcePort) + BigEndian.bytes(destinationPort) + BigEndian.bytes(UInt16(length)) + [0, 0]
+        var h = BigEndian.bytes(sourcePort) + BigEndian.bytes(destinationPort) + BigEndian.bytes(UInt16(clamping: length)) + [0, 0]
         let pseudo = InternetChecksum.pseudoHeaderSum(source: source, destination: destination, protocol: IPProtocol.udp, length: length)
         var c = InternetChecksum.finish(InternetChecksum.sum(payload, into: InternetChecksum.sum(h, into: pseudo)))
         if c == 0 { c = 0xFFFF } // RFC 768: a computed zero is sent as all ones.

@@ -71,7 +71,8 @@ public struct DiscoveredReader: Sendable, Equatable, CustomStringConvertible {
     }
 
     public var description: String {
-        "\(serialNumber) (\(name), \(peripheralUUID), \(rssi.map { "\($0) dBm" } ?? "wired")"
+        // Name and serial number come from the advert beside the line: printed inert.
+        "\(PeerText.escaped(serialNumber, limit: 64)) (\(PeerText.escaped(name, limit: 64)), \(peripheralUUID), \(rssi.map { "\($0) dBm" } ?? "wired")"
             + (batteryPercent.map { ", battery \($0)%" } ?? "") + (requiresPairing ? ", pairing" : "") + ") at \(path)"
     }
 

@@ -346,7 +346,7 @@ public final class PaymentReader: @unchecked Sendable {
                     return completion(.failure(PaymentError(.pairingRejected, "the reader refused our pairing key")))
                 default: break
                 }
-                return completion(.failure(PaymentError(.readerLoginFailed, status.map { "\($0.json.text)" } ?? "no status")))
+                return completion(.failure(PaymentError(.readerLoginFailed, status.map { PeerText.escaped($0.json.text, limit: 512) } ?? "no status")))
             }
             let system = response.body["POISystemData"]
             let ext = response.body["Ext"]
@@ -681,7 +681,8 @@ public final class PaymentReader: @unchecked Sendable {
     static func map(_ s: PaymentResponseStatus) -> PaymentError {
         let reason = s.value("reason") ?? ""
         let code = s.value("code").flatMap { Int($0) }.flatMap(PaymentErrorCode.init(rawValue:))
-        let text = s.json.text
+        // The terminal's own words, shown to a person: inert and short.
+        let text = PeerText.escaped(s.json.text, limit: 512)
         switch s.errorCondition {
         case .aborted?: return PaymentError(reason == "SubmissionDeclined" ? .submissionDeclined : .canceled, text)
         case .cancel?: return PaymentError(.canceled, text)
