@@ -33,8 +33,10 @@ public struct ChannelConfiguration: Sendable {
     /// Diagnostic services on our PPP address.
     public var services: [DiagnosticService] = []
     /// The line's output queue: IP packets beyond it are dropped and the line is not read
-    /// until it drains (see `LinkSession.lineQueueLimit`).
-    public var lineQueueLimit = 256 * 1024
+    /// until it drains (see `LinkSession.lineQueueLimit`). nil: about two seconds of line time
+    /// at the line's speed, 256 KiB on a pty or a descriptor without one
+    /// (`LinkSession.defaultLineQueueLimit`).
+    public var lineQueueLimit: Int?
     /// Connections one bridge carries at once; more are refused (counted in `refused`).
     public var bridgeConnectionLimit = 64
     /// Connections our stack holds at once, half-open ones included; SYNs beyond it are dropped.
@@ -381,7 +383,7 @@ public final class Channel: @unchecked Sendable {
             self?.linkEvent(event)
         }
         session.report = { [weak self] in self?.log($0) }
-        session.lineQueueLimit = configuration.lineQueueLimit
+        if let limit = configuration.lineQueueLimit { session.lineQueueLimit = limit }
         session.closeWhenAttachmentFinished = configuration.ping != nil && configuration.closeAfterPing
         session.onDown = { [weak self] reason in self?.linkDown(reason) }
         self.attachment = attachment

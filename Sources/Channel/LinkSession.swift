@@ -16,8 +16,8 @@ public final class LinkSession: LoopClient {
     private let onEvent: (LinkEvent) -> Void
     /// Also told of every link event (after `onEvent`).
     public var onLinkEvent: ((LinkEvent) -> Void)?
-    private var pending: [UInt8] = []
-    private var pendingStart = 0
+    /// What is waiting for the line: control frames ahead of IP frames.
+    private var output = LineOutputQueue()
     private let started: Instant
     /// What carries IP once IPCP is up; without one, IP packets are counted and dropped.
     public let attachment: NetworkAttachment?
@@ -32,16 +32,47 @@ public final class LinkSession: LoopClient {
     /// The line's output queue is not filled beyond this by IP packets: one that does not fit
     /// is dropped (TCP retransmits, as behind any full router queue) and the line is not read
     /// until the queue is back under half of it, so a peer that floods us with requests and
-    /// never reads the answers backs up in its own line, not in our memory.
-    public var lineQueueLimit = 256 * 1024
-    /// Control frames (LCP, IPCP, echo replies) may go this far beyond the limit: they are few
-    /// and keep the link alive; past it they are dropped too (their own timers resend them).
-    public var lineQueueControlReserve = 16 * 1024
+    /// never reads the answers backs up in its own line, not in our memory. By default about
+    /// two seconds of line time (`defaultLineQueueLimit`); kept within
+    /// `minimumLineQueueLimit...maximumLineQueueLimit`, so the sums below cannot overflow.
+    ///
+    /// LCP keep-alive depends on it staying short. Our Echo-Request (RFC 1661 §5.8) is a
+    /// control frame and goes out ahead of the queued IP data, after at most the rest of the IP
+    /// frame being written (and what the kernel's tty buffer already holds). The peer's reply
+    /// can wait in its side of the line while our reading is paused, which lasts until the
+    /// queue is down to half: about a second of line time at the default. Both stay far inside
+    /// the interval × failures (20 s) the PPP core allows, so its count of misses, which starts
+    /// when the request is queued, is not fooled by our own backlog; a line that takes no bytes
+    /// at all (a peer that never reads, CTS held low) is the dead peer echo is there to notice.
+    public var lineQueueLimit: Int {
+        didSet { lineQueueLimit = min(max(lineQueueLimit, Self.minimumLineQueueLimit), Self.maximumLineQueueLimit) }
+    }
+    /// Control frames (LCP, IPCP, authentication, echo replies) may go this far beyond the
+    /// limit: they are few and keep the link alive; past it they are dropped too (their own
+    /// timers resend them).
+    public let lineQueueControlReserve = 16 * 1024
+
+    /// The smallest limit accepted: two full-size frames at the default MRU of 1500.
+    public static let minimumLineQueueLimit = 4096
+    /// The largest limit accepted (64 MiB): far beyond any line's need, and small enough that
+    /// the limit plus the control reserve cannot overflow.
+    public static let maximumLineQueueLimit = 64 << 20
+    /// The limit for a line without a speed that paces it (a pty, a socket): bursts from the
+    /// host are absorbed, and the line drains as fast as the other side reads.
+    public static let unpacedLineQueueLimit = 256 * 1024
+    /// The default limit: two seconds at `bitsPerSecond` (ten bits a byte on an 8N1 line), at
+    /// least 8 KiB so a few full-size frames fit on a slow line (8 KiB is 8.5 s at 9600 baud);
+    /// `unpacedLineQueueLimit` without a speed.
+    public static func defaultLineQueueLimit(bitsPerSecond: Int?) -> Int {
+        guard let speed = bitsPerSecond, speed > 0 else { return unpacedLineQueueLimit }
+        return min(max(speed / 10 * 2, 8 * 1024), maximumLineQueueLimit)
+    }
     /// What the output queue held and dropped (`queued` is kept current by `lineQueue`).
     private var queueCounters = LineQueueCounters()
     public var lineQueue: LineQueueCounters {
         var c = queueCounters
         c.queued = queuedBytes
+        c.limit = lineQueueLimit
         return c
     }
     /// Called once, on the loop, when the link is down and the session has let go of the loop.
@@ -67,6 +98,7 @@ public final class LinkSession: LoopClient {
         self.line = line
         self.link = link
         self.attachment = attachment
+        lineQueueLimit = LinkSession.defaultLineQueueLimit(bitsPerSecond: line.bitsPerSecond)
         if frameLoss > 0 {
             inboundLoss = FrameDropper(frameLoss: frameLoss, seed: seed)
             outboundLoss = FrameDropper(frameLoss: frameLoss, seed: seed &+ 1)
@@ -123,8 +155,7 @@ public final class LinkSession: LoopClient {
     public func forceDown() {
         guard downReason == nil else { return }
         let now = loop?.now ?? monotonicNow()
-        pending.removeAll()
-        pendingStart = 0
+        output.removeAll()
         link.lineDown(now: now)
         drain(now: now)
         finish(link.downReason ?? .lineHangUp)
@@ -136,7 +167,7 @@ public final class LinkSession: LoopClient {
         report(lineQueue.description)
     }
 
-    private var queuedBytes: Int { pending.count - pendingStart }
+    private var queuedBytes: Int { output.count }
 
     public var pollAt: Instant? {
         guard downReason == nil else { return nil }
@@ -276,18 +307,25 @@ public final class LinkSession: LoopClient {
         } else {
             ipPacketsDropped += packets.count
         }
-        // Control frames first, within the reserve; then IP packets while the queue has room.
-        var out = link.takeTransmit()
-        if queuedBytes + out.count > lineQueueLimit + lineQueueControlReserve {
-            queueCounters.droppedControlBytes += out.count
-            out.removeAll()
+        // Control frames (LCP, IPCP, PAP/CHAP), within the reserve: they go ahead of IP data.
+        // Each batch the link hands over starts and ends with a flag, so batches can be
+        // written in any order (RFC 1662 §4.1).
+        var control = link.takeTransmit()
+        if queuedBytes + control.count > lineQueueLimit + lineQueueControlReserve {
+            queueCounters.droppedControlBytes += control.count
+            control.removeAll()
         }
+        if outboundLoss != nil { control = outboundLoss!.filter(control) }
+        output.append(control: control)
+        // Then IP packets while the queue has room.
         if let a = attachment {
-            var room = lineQueueLimit - queuedBytes - out.count
+            var room = lineQueueLimit - queuedBytes
             for p in a.takeOutgoing(now: now) {
                 // Decided before the packet is framed (and VJ-compressed): a drop here is like a
-                // frame lost on the line. Escapes can add a little beyond the limit.
-                guard p.count <= room else {
+                // frame lost on the line. Escapes can add a little beyond the limit. A packet
+                // larger than the room still goes when no IP data is queued (a peer MRU up to
+                // 16384 against a small limit), so full-size segments are never refused for good.
+                guard p.count <= room || output.dataCount == 0 else {
                     queueCounters.droppedPackets += 1
                     overflowed = true
                     continue
@@ -296,19 +334,13 @@ public final class LinkSession: LoopClient {
                     ipPacketsDropped += 1
                     continue
                 }
-                let frame = link.takeTransmit()
+                var frame = link.takeTransmit()
                 room -= frame.count
-                out += frame
+                if outboundLoss != nil { frame = outboundLoss!.filter(frame) }
+                output.append(dataFrame: frame)
             }
         }
-        if !out.isEmpty {
-            if outboundLoss != nil { out = outboundLoss!.filter(out) }
-            record?.record(.sent, out, elapsedTenths: tenths(now))
-            if pendingStart > 0 && pendingStart == pending.count {
-                pending.removeAll(keepingCapacity: true)
-                pendingStart = 0
-            }
-            pending += out
+        if !output.isEmpty {
             queueCounters.peak = max(queueCounters.peak, queuedBytes)
             flushPending(now: now)
         }
@@ -321,24 +353,28 @@ public final class LinkSession: LoopClient {
         }
     }
 
+    /// Writes while the line takes bytes. The record has what was written, in the line's order
+    /// (control frames may pass IP frames queued before them).
     private func flushPending(now: Instant) {
-        guard queuedBytes > 0 else { return }
-        do {
-            let n = try writeSome(line.descriptor, pending[pendingStart...])
-            lineBytesOut += n
-            pendingStart += n
-            if pendingStart == pending.count {
-                pending.removeAll(keepingCapacity: true)
-                pendingStart = 0
-            } else if pendingStart > 65536 {
-                pending.removeFirst(pendingStart)
-                pendingStart = 0
+        while !output.isEmpty {
+            let n: Int
+            let offered: Int
+            do {
+                // The slice is let go before `written` changes the queue (no copy of it).
+                let chunk = output.next
+                offered = chunk.count
+                n = try writeSome(line.descriptor, chunk)
+                if n > 0 { record?.record(.sent, Array(chunk.prefix(n)), elapsedTenths: tenths(now)) }
+            } catch {
+                // The line is gone; what was pending cannot be delivered.
+                output.removeAll()
+                link.lineDown(now: now)
+                return
             }
-        } catch {
-            // The line is gone; what was pending cannot be delivered.
-            pending.removeAll()
-            pendingStart = 0
-            link.lineDown(now: now)
+            lineBytesOut += n
+            output.written(n)
+            // The kernel took less than offered: the rest waits for EPOLLOUT.
+            guard n == offered else { return }
         }
     }
 
@@ -351,9 +387,93 @@ public final class LinkSession: LoopClient {
     }
 }
 
+/// The line's output queue in two parts: control frames, written first, and IP frames behind
+/// them, so LCP (echoes above all), IPCP and authentication never wait for bulk data. A frame
+/// once begun is finished before the other part is written: a frame of the other part inside
+/// it would end it at its flag, and both would be lost to the FCS check (RFC 1662 §4).
+struct LineOutputQueue {
+    private var control: [UInt8] = []
+    private var controlStart = 0
+    private var data: [UInt8] = []
+    private var dataStart = 0
+    /// The lengths of the IP frames in `data`, oldest first from `frameStart`; the oldest has
+    /// `headWritten` bytes on the line already.
+    private var frameLengths: [Int] = []
+    private var frameStart = 0
+    private var headWritten = 0
+
+    var controlCount: Int { control.count - controlStart }
+    var dataCount: Int { data.count - dataStart }
+    var count: Int { controlCount + dataCount }
+    var isEmpty: Bool { count == 0 }
+
+    /// Appends control frames (each starting and ending with a flag).
+    mutating func append(control frames: [UInt8]) {
+        control += frames
+    }
+
+    /// Appends one framed IP packet.
+    mutating func append(dataFrame frame: [UInt8]) {
+        guard !frame.isEmpty else { return }
+        data += frame
+        frameLengths.append(frame.count)
+    }
+
+    /// What to write next: the rest of an IP frame already begun when control frames wait,
+    /// else the control frames, else all the IP frames.
+    var next: ArraySlice<UInt8> {
+        guard controlCount > 0 else { return data[dataStart...] }
+        if headWritten > 0 { return data[dataStart..<(dataStart + frameLengths[frameStart] - headWritten)] }
+        return control[controlStart...]
+    }
+
+    /// `n` bytes of `next` were written.
+    mutating func written(_ n: Int) {
+        if controlCount > 0 && headWritten == 0 {
+            controlStart += min(n, controlCount)
+            if controlStart == control.count {
+                control.removeAll(keepingCapacity: true)
+                controlStart = 0
+            }
+            return
+        }
+        var left = min(n, dataCount)
+        dataStart += left
+        while left > 0, frameStart < frameLengths.count {
+            let rest = frameLengths[frameStart] - headWritten
+            if left < rest {
+                headWritten += left
+                left = 0
+            } else {
+                left -= rest
+                frameStart += 1
+                headWritten = 0
+            }
+        }
+        if dataStart == data.count {
+            data.removeAll(keepingCapacity: true)
+            dataStart = 0
+            frameLengths.removeAll(keepingCapacity: true)
+            frameStart = 0
+            headWritten = 0
+        } else if dataStart > 65536 {
+            data.removeFirst(dataStart)
+            dataStart = 0
+            frameLengths.removeFirst(frameStart)
+            frameStart = 0
+        }
+    }
+
+    mutating func removeAll() {
+        self = LineOutputQueue()
+    }
+}
+
 /// The line's output queue: what it holds now, the most it held, and what it dropped.
 public struct LineQueueCounters: Sendable, Equatable, CustomStringConvertible {
     public var queued = 0
+    /// The limit in force (see `LinkSession.lineQueueLimit`).
+    public var limit = 0
     public var peak = 0
     /// IP packets dropped because the queue was over its limit.
     public var droppedPackets = 0
@@ -364,7 +484,7 @@ public struct LineQueueCounters: Sendable, Equatable, CustomStringConvertible {
     public init() {}
 
     public var description: String {
-        "line queue \(queued) B (peak \(peak) B), dropped \(droppedPackets) packets and \(droppedControlBytes) control bytes, reading paused \(readPauses) times"
+        "line queue \(queued) B of \(limit) B (peak \(peak) B), dropped \(droppedPackets) packets and \(droppedControlBytes) control bytes, reading paused \(readPauses) times"
     }
 }
 

@@ -11,6 +11,11 @@ public final class SerialLine {
     /// For a pty we created: we hold the other side open until a program attaches, so the
     /// line does not read as hung up before that (see `peerAttached`).
     private var heldPeer: Int32 = -1
+    /// The rate that paces the line, in bits per second: what a serial device was set to, or is
+    /// at for a tty handed to us. nil for a pty, which moves bytes as fast as the other side
+    /// reads whatever speed it is set to, and for a socket. The line's output queue is sized
+    /// from it (`LinkSession.defaultLineQueueLimit`).
+    public let bitsPerSecond: Int?
     private var symlinkPath: String?
     private var closed = false
 
@@ -33,6 +38,7 @@ public final class SerialLine {
         }
         descriptor = fd
         peerPath = nil
+        bitsPerSecond = SerialLine.pacingSpeed(fd)
     }
 
     /// Takes over a descriptor another program opened (a socket, a tty): made non-blocking,
@@ -43,6 +49,7 @@ public final class SerialLine {
         _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
         descriptor = fd
         peerPath = nil
+        bitsPerSecond = SerialLine.pacingSpeed(fd)
     }
 
     /// Creates a pty; the caller prints `peerPath` (and `link`, when given, is made a symlink to it).
@@ -74,6 +81,7 @@ public final class SerialLine {
         descriptor = master
         heldPeer = slave
         peerPath = name
+        bitsPerSecond = nil
     }
 
     static func makeRaw(_ fd: Int32, options: Options, name: String) throws(SystemError) {
@@ -95,14 +103,35 @@ public final class SerialLine {
         guard tcsetattr(fd, TCSANOW, &t) == 0 else { throw SystemError("tcsetattr \(name)") }
     }
 
+    private static let rates: [Int: Int32] = [
+        1200: B1200, 2400: B2400, 4800: B4800, 9600: B9600, 19200: B19200, 38400: B38400, 57600: B57600,
+        115_200: B115200, 230_400: B230400, 460_800: B460800, 500_000: B500000, 576_000: B576000,
+        921_600: B921600, 1_000_000: B1000000, 1_152_000: B1152000, 1_500_000: B1500000,
+        2_000_000: B2000000, 3_000_000: B3000000, 4_000_000: B4000000,
+    ]
+
     static func speedConstant(_ rate: Int) -> speed_t? {
-        let table: [Int: Int32] = [
-            1200: B1200, 2400: B2400, 4800: B4800, 9600: B9600, 19200: B19200, 38400: B38400, 57600: B57600,
-            115_200: B115200, 230_400: B230400, 460_800: B460800, 500_000: B500000, 576_000: B576000,
-            921_600: B921600, 1_000_000: B1000000, 1_152_000: B1152000, 1_500_000: B1500000,
-            2_000_000: B2000000, 3_000_000: B3000000, 4_000_000: B4000000,
-        ]
-        return table[rate].map { speed_t($0) }
+        rates[rate].map { speed_t($0) }
+    }
+
+    /// The output speed of a tty that is not a pseudo-terminal; nil for anything else.
+    static func pacingSpeed(_ fd: Int32) -> Int? {
+        guard isatty(fd) == 1, !isPseudoTerminal(fd) else { return nil }
+        var t = termios()
+        guard tcgetattr(fd, &t) == 0 else { return nil }
+        let constant = cfgetospeed(&t)
+        return rates.first { speed_t($0.value) == constant }?.key
+    }
+
+    /// By device number (the kernel's devices.txt): 2 and 3 are the old BSD pty masters and
+    /// slaves, 5:2 is /dev/ptmx (every Unix98 master), 136–143 the Unix98 slaves (/dev/pts).
+    static func isPseudoTerminal(_ fd: Int32) -> Bool {
+        var st = stat()
+        guard fstat(fd, &st) == 0 else { return false }
+        let device = UInt64(st.st_rdev)
+        let major = (device >> 8) & 0xFFF | (device >> 32) & ~0xFFF
+        let minor = device & 0xFF | (device >> 12) & ~0xFF
+        return major == 2 || major == 3 || (major == 5 && minor == 2) || (136...143).contains(major)
     }
 
     /// For a pty we created: the other side has a program on it (it sent us bytes), so we let

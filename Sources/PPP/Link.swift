@@ -53,9 +53,13 @@ public enum LinkEvent: Sendable, Equatable {
 ///
 /// On by default, unlike pppd: a payment terminal's cable gets pulled, and a link that never
 /// notices keeps the host's connections to it open for good. An Echo-Request every 5 s with
-/// the link down after 4 unanswered in a row notices a dead peer in about 20 s, long after a
-/// busy 115200-baud line would have answered (an echo is 16 bytes on the line, about 1.4 ms),
-/// and costs a few bytes a second.
+/// the link down after 4 unanswered in a row notices a dead peer in about 20 s, and costs a
+/// few bytes a second. An echo is 16 bytes on the line (1.4 ms at 115200 baud), but on a busy
+/// line it waits for what is ahead of it: the channel writes control frames before queued IP
+/// data, after the rest of the IP frame being written (up to 0.3 s for a 1500-byte frame at
+/// 115200 baud, 3 s at 9600, escapes counted), and keeps about 2 s of line time queued, so
+/// its reading pauses (the peer's reply waiting) are about a second. A misses count that
+/// starts when the request is queued is sound only for such short queues.
 public struct EchoConfiguration: Sendable, Equatable {
     public static let defaultInterval: Duration = .seconds(5)
     public static let defaultFailureLimit = 4

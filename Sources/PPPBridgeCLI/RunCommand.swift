@@ -90,7 +90,10 @@ struct RunCommand {
                              terminal leaves unacknowledged for S seconds, a closed window
                              included (default 120; 0: never)
       --line-queue-limit N   bytes queued for the line beyond which IP packets are dropped
-                             and the line is not read until it drains (default 262144)
+                             and the line is not read until it is down to half (4096 to
+                             67108864; default about 2 s of line time at --speed, at least
+                             8192, and 262144 on a pty); LCP echoes pass the queued data,
+                             but a limit of many seconds of line time delays their replies
       --rearm                add the bridges again when the link comes back (with --persist)
       --persist              reopen the link when it goes down (until SIGINT/SIGTERM)
       --status-json FILE     write the channel's status as JSON every second and on SIGUSR2
@@ -164,7 +167,7 @@ struct RunCommand {
         var bridgeConnectionLimit = 64
         var stackConnectionLimit = 256
         var userTimeout: Duration? = .seconds(120)
-        var lineQueueLimit = 256 * 1024
+        var lineQueueLimit: Int?
         var persist = false
         var statusPath: String?
         var captureSecrets = false
@@ -363,7 +366,10 @@ struct RunCommand {
                 userTimeout = n == 0 ? nil : .seconds(n)
             case "--line-queue-limit":
                 guard let n = number(a) else { return usage }
-                guard n >= 4096 else { error("pppbridge run: --line-queue-limit takes at least 4096 bytes"); return usage }
+                guard n >= LinkSession.minimumLineQueueLimit, n <= LinkSession.maximumLineQueueLimit else {
+                    error("pppbridge run: --line-queue-limit takes \(LinkSession.minimumLineQueueLimit) to \(LinkSession.maximumLineQueueLimit) bytes")
+                    return usage
+                }
                 lineQueueLimit = n
             case "--persist": persist = true
             case "--status-json": guard let v = value(a) else { return usage }; statusPath = v
@@ -508,7 +514,7 @@ struct RunCommand {
             for text in RunCommand.describe(event, debug: debug) { output(text) }
         }
         session.report = output
-        session.lineQueueLimit = lineQueueLimit
+        if let lineQueueLimit { session.lineQueueLimit = lineQueueLimit }
         session.closeWhenAttachmentFinished = pingTarget != nil && services.isEmpty
         let reason: LinkDownReason
         do {

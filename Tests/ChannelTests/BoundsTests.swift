@@ -1,4 +1,5 @@
 import Foundation
+import Framing
 import Glibc
 import NetStack
 import PPP
@@ -16,6 +17,8 @@ final class ScriptedTerminal {
     var result: IPCPResult?
     /// What the stack reported (echo replies, connection events), for the test to look at.
     var events: [StackEvent] = []
+    /// Every byte read from the line while not nil, in order.
+    var received: [UInt8]?
     private var unsent: [UInt8] = []
     private var buffer = [UInt8](repeating: 0, count: 65536)
 
@@ -33,6 +36,7 @@ final class ScriptedTerminal {
             let n = read(line.descriptor, &buffer, buffer.count)
             guard n > 0 else { break }
             line.peerAttached()
+            received?.append(contentsOf: buffer[0..<n])
             link.receive(Array(buffer[0..<n]), now: now)
         }
         if let p = link.pollAt, p <= now { link.poll(now: now) }
@@ -342,9 +346,158 @@ struct BoundsTests {
 
     @Test func theChannelsDefaultsBoundWhatAPeerCanHold() {
         let c = ChannelConfiguration(line: .device("/dev/null"))
-        #expect(c.lineQueueLimit == 256 * 1024)
+        // Sized from the line's speed when the line is open (see the next tests).
+        #expect(c.lineQueueLimit == nil)
         #expect(c.bridgeConnectionLimit == 64)
         #expect(c.stackConnectionLimit == 256)
         #expect(c.connectionUserTimeout == .seconds(120))
+    }
+}
+
+/// The line's output queue against LCP keep-alive: control frames go ahead of IP data, and the
+/// queue holds about two seconds of line time, so echoes are neither stuck behind a bulk
+/// transfer nor their replies left unread for long (RFC 1661 §5.8).
+extension BoundsTests {
+    @Test func theDefaultLineQueueLimitIsTwoSecondsOfLineTimeWithAFloorAndAPtyKeeps256KiB() throws {
+        #expect(LinkSession.defaultLineQueueLimit(bitsPerSecond: 115_200) == 23040)
+        #expect(LinkSession.defaultLineQueueLimit(bitsPerSecond: 921_600) == 184_320)
+        #expect(LinkSession.defaultLineQueueLimit(bitsPerSecond: 4_000_000) == 800_000)
+        // 9600 baud: 1920 B would not hold two full-size frames; the floor does.
+        #expect(LinkSession.defaultLineQueueLimit(bitsPerSecond: 9600) == 8192)
+        #expect(LinkSession.defaultLineQueueLimit(bitsPerSecond: nil) == 256 * 1024)
+
+        // A pty ignores its speed: both its ends, created or opened as a device, have none.
+        var slow = SerialLine.Options()
+        slow.speed = 9600
+        let pty = try SerialLine(ptyLinkedAt: nil, options: slow)
+        defer { pty.close() }
+        #expect(pty.bitsPerSecond == nil)
+        let path = try #require(pty.peerPath)
+        let device = try SerialLine(device: path)
+        defer { device.close() }
+        #expect(device.bitsPerSecond == nil)
+        let session = LinkSession(line: device, link: PPPLink(configuration: .terminal(), random: SplitMix64(seed: 1))) { _ in }
+        #expect(session.lineQueueLimit == 256 * 1024)
+        // A socket has none either.
+        var pair: [Int32] = [0, 0]
+        try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
+        close(pair[1])
+        let socket = try SerialLine(descriptor: pair[0])
+        defer { socket.close() }
+        #expect(socket.bitsPerSecond == nil)
+    }
+
+    @Test func anOverriddenLineQueueLimitIsCappedSoTheReserveCannotOverflow() async throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // Int.max plus the control reserve overflowed (a trap) on the first frame queued.
+        let (channel, terminal) = try Self.scripted(directory + "/line") { $0.lineQueueLimit = Int.max }
+        #expect(channel.status.lineQueue.limit == LinkSession.maximumLineQueueLimit)
+        // Frames both ways after the limit was set: a ping is answered.
+        let ours = try #require(channel.currentAddresses?.ip)
+        terminal.send(raw: terminal.pingFrame(ours, sequence: 1, size: 56))
+        let answered = terminal.run(for: .seconds(10)) {
+            terminal.events.contains { if case .echoReply(_, 0x4242, 1, _) = $0 { return true } else { return false } }
+        }
+        #expect(answered)
+        #expect(LinkSession.maximumLineQueueLimit == 64 << 20)
+        await channel.close()
+
+        let line = try SerialLine(ptyLinkedAt: nil)
+        defer { line.close() }
+        let session = LinkSession(line: line, link: PPPLink(configuration: .terminal(), random: SplitMix64(seed: 1))) { _ in }
+        session.lineQueueLimit = 0
+        #expect(session.lineQueueLimit == LinkSession.minimumLineQueueLimit)
+    }
+
+    @Test func aControlFrameQueuedBehindIPDataIsWrittenFirstButNeverInsideAFrameBegun() throws {
+        let encoder = HDLCEncoder()
+        let ip = (0..<3).map { i in encoder.encode(protocol: ProtocolNumber.ipv4, information: [UInt8](repeating: UInt8(i), count: 1000)) }
+        let echo = encoder.encode(protocol: ProtocolNumber.lcp, information: [9, 1, 0, 8, 0xDE, 0xAD, 0xBE, 0xEF])
+        var queue = LineOutputQueue()
+        for f in ip { queue.append(dataFrame: f) }
+        var line: [UInt8] = []
+        /// A kernel that takes at most `n` bytes of what is offered.
+        func write(upTo n: Int) {
+            let chunk = queue.next
+            let taken = min(n, chunk.count)
+            line += chunk.prefix(taken)
+            queue.written(taken)
+        }
+        write(upTo: 300)
+        // The Echo-Request arrives with 2700 B of IP data queued, 300 B of the first frame on the line.
+        queue.append(control: echo)
+        #expect(queue.count == ip.map(\.count).reduce(0, +) - 300 + echo.count)
+        // Offered next: only the rest of the frame begun, taken in two writes.
+        #expect(queue.next.count == ip[0].count - 300)
+        write(upTo: 200)
+        #expect(queue.next.count == ip[0].count - 500)
+        write(upTo: 10_000)
+        // Then the echo, ahead of the two IP frames queued before it.
+        #expect(Array(queue.next) == echo)
+        write(upTo: 5)
+        write(upTo: 10_000)
+        write(upTo: 10_000)
+        #expect(queue.isEmpty)
+
+        var decoder = HDLCDecoder()
+        let frames = decoder.decode(line)
+        #expect(frames.map(\.protocol) == [ProtocolNumber.ipv4, ProtocolNumber.lcp, ProtocolNumber.ipv4, ProtocolNumber.ipv4])
+        #expect(frames.map { $0.information.first } == [0, 9, 1, 2])
+        #expect(decoder.counters.droppedFrames == 0)
+    }
+
+    @Test func anEchoRequestGeneratedWhileTheLineQueueHoldsIPDataIsWrittenBeforeThatData() async throws {
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // An Echo-Request a second, so some are due while the queue is full; four missed in a
+        // row (4 s) would end the link, longer than the terminal stops reading here.
+        let (channel, terminal) = try Self.scripted(directory + "/line") { $0.link.echo.interval = .seconds(1) }
+        let ours = try #require(channel.currentAddresses?.ip)
+        // The line is a pty: no speed, the unpaced limit.
+        #expect(channel.status.lineQueue.limit == 256 * 1024)
+
+        // 150 pings of 1400 B, all read by us (their replies, about 215 KB, stay under the
+        // limit, so nothing is dropped and reading never pauses); the terminal reads nothing,
+        // so what the pty does not hold waits in our queue.
+        var burst: [UInt8] = []
+        for i in 0..<150 { burst += terminal.pingFrame(ours, sequence: UInt16(i), size: 1400) }
+        terminal.send(raw: burst)
+        terminal.run(for: .seconds(5), reading: false) { terminal.unsentBytes == 0 }
+        try #require(terminal.unsentBytes == 0)
+        // Two and a half echo intervals without reading: two or three Echo-Requests are queued.
+        terminal.received = []
+        let wait = monotonicNow() + .milliseconds(2500)
+        var queuedDuringWait = Int.max
+        while monotonicNow() < wait {
+            terminal.turn(reading: false)
+            queuedDuringWait = min(queuedDuringWait, channel.status.lineQueue.queued)
+            usleep(5000)
+        }
+        try #require(queuedDuringWait >= 64 * 1024, "the pty took the replies; nothing waited in our queue")
+
+        // The terminal reads it all (and answers the echoes).
+        let read = terminal.run(for: .seconds(10)) {
+            terminal.events.filter { if case .echoReply(_, 0x4242, _, _) = $0 { return true } else { return false } }.count >= 150
+        }
+        #expect(read)
+        var decoder = HDLCDecoder()
+        let frames = decoder.decode(terminal.received ?? [])
+        // For each of our Echo-Requests, the IP bytes that came after it.
+        var ipAfterEachEcho: [Int] = []
+        for f in frames {
+            if f.protocol == ProtocolNumber.lcp && f.information.first == ControlCode.echoRequest {
+                ipAfterEachEcho.append(0)
+            } else if f.protocol == ProtocolNumber.ipv4 {
+                for i in ipAfterEachEcho.indices { ipAfterEachEcho[i] += f.information.count }
+            }
+        }
+        print("echo requests with IP bytes after them: \(ipAfterEachEcho); queue at least \(queuedDuringWait) B while they were due")
+        // In one queue they would all come after the replies queued before them (at most one,
+        // due while the burst was being answered, could precede some). Ahead of the data,
+        // those due in the wait pass the whole backlog.
+        #expect(ipAfterEachEcho.filter { $0 >= 48 * 1024 }.count >= 2, "\(ipAfterEachEcho)")
+        #expect(channel.isOpen)
+        await channel.close()
     }
 }
