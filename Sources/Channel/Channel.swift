@@ -352,8 +352,11 @@ public final class Channel: @unchecked Sendable {
         link.captureFrames = configuration.pcapPath != nil
         let relayUpstream: TCPEndpoint? = configuration.relayDNS
             ? (configuration.dnsUpstream ?? DNSRelay.systemResolver().map { TCPEndpoint($0, 53) }) : nil
-        if relayUpstream != nil, link.ipcp.dnsServers.isEmpty, let local = link.ipcp.localAddress, !link.ipcp.acceptLocal {
-            link.ipcp.dnsServers = [local]
+        // The relay answers on our PPP address: in the host role (we hand out DNS rather than
+        // ask for it) that address is the terminal's DNS server, the one IPCP settles on even
+        // when the peer chooses it.
+        if relayUpstream != nil, !link.ipcp.requestDNS {
+            link.ipcp.localAddressAsDNS = true
         }
         let attachment = StackAttachment(services: configuration.services, tcp: configuration.tcp) { [weak self] text in
             self?.log(text)

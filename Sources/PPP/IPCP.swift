@@ -12,6 +12,10 @@ public struct IPCPConfiguration: Sendable, Equatable {
     public var acceptRemote = false
     /// DNS servers given to a peer that asks (`ms-dns`, at most two).
     public var dnsServers: [IPv4Address] = []
+    /// With no `dnsServers`, give a peer that asks for a primary DNS server our own address (a
+    /// DNS relay answers there): the one we are asking for at the time, so the address the peer
+    /// Naks us with when `acceptLocal` lets it choose ours (RFC 1877 §1.1).
+    public var localAddressAsDNS = false
     /// Ask the peer for DNS servers (`usepeerdns`).
     public var requestDNS = false
     /// Reported to the channel's users as the submask; a point-to-point link is /32.
@@ -86,6 +90,9 @@ public struct IPCPPolicy: NegotiationPolicy {
     private var askAddress = true
     private var dns: [IPv4Address?] = []
     private var acceptedPeerAddress: IPv4Address?
+    /// The address the peer's latest Configure-Request asked for itself, had we acked it (this
+    /// negotiation's): we do not take it for ours.
+    private var peerCandidate: IPv4Address?
     private var acknowledgedLocal: IPv4Address?
     private var acknowledgedDNS: [IPv4Address] = []
     /// We told a peer that left out IP-Address which address it gets (once per negotiation).
@@ -108,7 +115,7 @@ public struct IPCPPolicy: NegotiationPolicy {
         let local = acknowledgedLocal ?? configuration.localAddress ?? .any
         let peer = acceptedPeerAddress ?? configuration.peerAddress ?? .any
         // The terminal learns DNS from the host; the host hands out its own.
-        let dns = configuration.requestDNS ? acknowledgedDNS : configuration.dnsServers
+        let dns = configuration.requestDNS ? acknowledgedDNS : offeredDNS(local: local)
         return IPCPResult(localAddress: local, peerAddress: peer, dnsServers: dns, netmask: configuration.netmask,
                           transmitVJ: peerVJ, receiveVJ: acknowledgedVJ)
     }
@@ -120,6 +127,7 @@ public struct IPCPPolicy: NegotiationPolicy {
         askAddress = true
         dns = configuration.requestDNS ? [.any, .any] : []
         hintedAddress = false
+        peerCandidate = nil
         requestVJ = configuration.vj
         failure = nil
         conflict = nil
@@ -132,6 +140,26 @@ public struct IPCPPolicy: NegotiationPolicy {
         guard conflict == nil else { return }
         conflict = AddressConflict(local: configuration.localAddress, peer: configuration.peerAddress,
                                    peerLocal: refusedPeerLocal, peerAssigned: refusedAssignment)
+    }
+
+    /// Whether a peer may have `address` on the link, for itself or for us: not 0.0.0.0/8,
+    /// loopback, multicast, class E or the limited broadcast address, none of which names one
+    /// host on a point-to-point link (RFC 1122 §3.2.1.3, RFC 5771, RFC 1112 §4). pppd refuses
+    /// the same (`bad_ip_adrs`). An address we were configured with is not judged.
+    public static func isAssignable(_ address: IPv4Address) -> Bool {
+        switch IPv4AddressScope(address) {
+        case .thisNetwork, .loopback, .multicast, .reserved, .limitedBroadcast: return false
+        // Private and other special-purpose unicast ranges are what links are numbered from.
+        default: return true
+        }
+    }
+
+    /// The DNS servers we give a peer that asks (RFC 1877), `local` being our address as it
+    /// stands.
+    private func offeredDNS(local: IPv4Address?) -> [IPv4Address] {
+        guard configuration.dnsServers.isEmpty, configuration.localAddressAsDNS else { return configuration.dnsServers }
+        guard let local, local != .any else { return [] }
+        return [local]
     }
 
     public func requestOptions() -> [ConfigurationOption] {
@@ -156,8 +184,11 @@ public struct IPCPPolicy: NegotiationPolicy {
             switch IPCPOption(raw) {
             case let .ipAddress(a):
                 sawAddress = true
+                // What the peer chooses for itself is taken only if a host may have it and it
+                // is not the address we ask for: with a TUN the kernel routes to it.
+                let choosable = a != .any && IPCPPolicy.isAssignable(a) && a != local
                 if let assigned = configuration.peerAddress {
-                    if a == assigned || (a != .any && configuration.acceptRemote) {
+                    if a == assigned || (choosable && configuration.acceptRemote) {
                         peerAddress = a
                     } else {
                         if a != .any { refusedPeerLocal = a }
@@ -166,19 +197,20 @@ public struct IPCPPolicy: NegotiationPolicy {
                         if !mayNak && a != .any { insisted() }
                         nak(.ipAddress(assigned), else: raw)
                     }
-                } else if a == .any {
-                    // RFC 1332 §3.3: we have nothing to give; pppd rejects too.
+                } else if !choosable {
+                    // RFC 1332 §3.3: we have nothing to give instead (pppd rejects 0.0.0.0 too).
                     rejects.append(raw)
                 } else {
                     peerAddress = a
                 }
             case let .primaryDNS(a), let .secondaryDNS(a):
                 let index = raw.type == IPCPOption.Kind.primaryDNS ? 0 : 1
-                guard index < configuration.dnsServers.count else {
+                let servers = offeredDNS(local: local)
+                guard index < servers.count else {
                     rejects.append(raw)
                     continue
                 }
-                let ours = configuration.dnsServers[index]
+                let ours = servers[index]
                 if a != ours { nak(index == 0 ? .primaryDNS(ours) : .secondaryDNS(ours), else: raw) }
             case let .compression(proto, data):
                 // The peer asks to receive VJ-compressed packets from us; any slot count is fine.
@@ -196,6 +228,7 @@ public struct IPCPPolicy: NegotiationPolicy {
                 rejects.append(raw)
             }
         }
+        peerCandidate = peerAddress
         if !rejects.isEmpty { return .reject(rejects) }
         // RFC 1332 §3.3: a peer that does not ask for an address is told the one it gets,
         // once (pppd does the same); after that its silence is accepted.
@@ -228,7 +261,10 @@ public struct IPCPPolicy: NegotiationPolicy {
                     // A peer that told us to take another address and now rejects ours has
                     // not agreed to it.
                     if refusedAssignment != nil { insisted() }
-                } else if local == nil || configuration.acceptLocal {
+                } else if (local == nil || configuration.acceptLocal) && IPCPPolicy.isAssignable(a)
+                            && a != peerCandidate && a != configuration.peerAddress {
+                    // Never the address the peer asks for itself or is to get: one address at
+                    // both ends routes to neither.
                     local = a
                 } else if a != .any && a != local {
                     refusedAssignment = a

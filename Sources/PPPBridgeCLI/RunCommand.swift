@@ -30,8 +30,10 @@ struct RunCommand {
                              terminal: accept the addresses the peer gives, ask for DNS
       --local-ip A           our address (host default 192.168.53.1)
       --terminal-ip A        the peer's address (host default 192.168.53.2)
-                             without these the host proposes the defaults and, as pppd
-                             does, takes the addresses a peer insists on; with them a peer
+                             without these the host proposes the defaults and takes the
+                             addresses a peer insists on (pppd's ipcp-accept-local and
+                             -remote), never 0/8, loopback, multicast, 240/4, broadcast or
+                             one address for both ends; --tun needs both; with them a peer
                              that insists on others ends the link (exit status 10)
       --dns A                a DNS server given to the peer (twice for a secondary)
       --netmask A            reported as the link's submask (default 255.255.255.255)
@@ -386,6 +388,12 @@ struct RunCommand {
         if tunName != nil && (!services.isEmpty || pingTarget != nil || !bridges.isEmpty) {
             error("pppbridge run: --tun hands IP to the kernel; --services, --ping and --bridge need our stack"); return usage
         }
+        // The kernel routes to the addresses the link settles on: a host taking the terminal's
+        // choice would let it claim any address (the host's resolver, a gateway) for itself.
+        if tunName != nil && role == .host && (localIP == nil || terminalIP == nil) {
+            error("pppbridge run: --tun in the host role needs --local-ip and --terminal-ip (the kernel routes to the link's addresses; the terminal must not choose them)")
+            return usage
+        }
         if bridges.count > 12 { error("pppbridge run: at most 12 bridges"); return usage }
         if !lcp.requireAuthentication.isEmpty && auth.peers.isEmpty {
             error("pppbridge run: --require-pap/--require-chap need at least one --peer NAME:SECRET")
@@ -408,7 +416,8 @@ struct RunCommand {
         switch role {
         case .host:
             configuration = .host(local: localIP ?? IPv4Address(192, 168, 53, 1), terminal: terminalIP ?? IPv4Address(192, 168, 53, 2), dns: dns)
-            // Addresses the user did not choose give way to a peer that insists on its own.
+            // Addresses the user did not choose give way to a peer that insists on its own
+            // (only with our own stack: --tun requires both).
             configuration.ipcp.acceptLocal = localIP == nil
             configuration.ipcp.acceptRemote = terminalIP == nil
         case .terminal:
