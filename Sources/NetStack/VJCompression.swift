@@ -124,7 +124,10 @@ public struct VJCompressor: Sendable {
         if flags & 0x20 != 0 {
             appendDelta(BigEndian.uint16(packet, tcp + 18), to: &deltas)
             changes |= VJBits.urgent
-        } else if BigEndian.uint16(packet, tcp + 18) != BigEndian.uint16(old, ot + 18) {
+        } else if BigEndian.uint16(packet, tcp + 18) != BigEndian.uint16(old, ot + 18) || old[ot + 13] & 0x20 != 0 {
+            // URG clears only through the explicit encoding, and the special codes (SPECIAL_I,
+            // SPECIAL_D) leave the saved header's URG set at the decompressor (RFC 1144 §A.3):
+            // a segment that drops URG goes uncompressed, so the saved header forgets it.
             return sendUncompressed(packet, layout: layout, slot: slot)
         }
         let window = BigEndian.uint16(packet, tcp + 14) &- BigEndian.uint16(old, ot + 14)

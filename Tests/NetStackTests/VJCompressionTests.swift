@@ -149,3 +149,31 @@ extension VJCompressionTests {
         #expect(roundTrip(packet(h, id: 5) { $0[20 + 12] |= 0x01; $0[6] |= 0x80 }) == 0x002F, "the IP flags byte changed")
     }
 }
+
+extension VJCompressionTests {
+    /// A segment dropping URG after one that carried it, advancing only the sequence number by
+    /// the last segment's length, looks like SPECIAL_D, which leaves the saved header's URG set
+    /// at the decompressor (found by the stack fuzz target once its checksums were fixed up).
+    @Test func droppingUrgentGoesUncompressed() {
+        var c = VJCompressor(parameters: VJParameters())
+        var d = VJDecompressor(parameters: VJParameters())
+        var h = TCPHeader(sourcePort: 40000, destinationPort: 80, sequenceNumber: 1, flags: [.ack, .urg], window: 0)
+        func packet(_ h: TCPHeader, id: UInt16) -> [UInt8] {
+            var ip = IPv4Header(protocol: IPProtocol.tcp, source: Peer.them, destination: Peer.us, payloadLength: 30)
+            ip.identification = id
+            return ip.emit() + h.emit(source: Peer.them, destination: Peer.us, payload: bytes(10)) + bytes(10)
+        }
+        func roundTrip(_ p: [UInt8]) -> UInt16 {
+            let (proto, bytes) = c.compress(p)
+            let back = proto == 0x002D ? d.compressed(bytes) : proto == 0x002F ? d.uncompressed(bytes) : bytes
+            #expect(back == p)
+            return proto
+        }
+        _ = roundTrip(packet(h, id: 1))
+        h.sequenceNumber = 11
+        h.flags = [.ack, .psh]
+        #expect(roundTrip(packet(h, id: 7)) == 0x002F, "URG dropped")
+        h.sequenceNumber = 21
+        #expect(roundTrip(packet(h, id: 8)) == 0x002D, "and compression resumes after it")
+    }
+}
