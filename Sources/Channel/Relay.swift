@@ -37,7 +37,7 @@ final class Relay {
     /// The terminal half-closed: carried to the host as shutdown(SHUT_WR).
     var stackEOF = false
     /// Called once the host socket connected; false refuses the connection.
-    var onHostConnected: ((Relay) -> Void)?
+    var onHostConnected: ((Relay) -> Bool)?
     /// Called when the host socket could not connect, with its errno; the relay is then gone
     /// from the table and the stack connection is the caller's to answer and close.
     var onHostConnectFailed: ((Relay, Int32) -> Void)?
@@ -142,7 +142,10 @@ final class RelayTable {
                 return
             }
             r.hostConnected = true
-            r.onHostConnected?(r)
+            if r.onHostConnected?(r) == false {
+                fail(r, now: now)
+                return
+            }
         }
         if events & EPOLLERR.rawValue != 0 && HostSocket.pendingError(r.fd) != 0 {
             fail(r, now: now)

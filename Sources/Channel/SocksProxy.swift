@@ -1,5 +1,4 @@
 import CSystem
-import Dispatch
 import Glibc
 import NetStack
 
@@ -9,12 +8,15 @@ public struct SocksConfiguration: Sendable, Equatable {
     /// At most this many outbound connections at once (ICPPP: 5); one more gets a refusal.
     public var maximumConnections = 5
     /// Destinations allowed, as given (`host:port`, host a name or an address); nil allows every
-    /// destination outside the host's own and private networks. An entry also opens exactly that
-    /// `host:port` when it is loopback, private, link-local or otherwise not global.
+    /// destination outside the host's own addresses and networks. An entry naming an address
+    /// also opens exactly that `address:port` when it is the host's own, loopback, private,
+    /// link-local or otherwise not global. An entry naming a host name does not: what the name
+    /// resolves to meets the same rules as an address asked for (DNS can change under us),
+    /// unless that `address:port` is listed too.
     public var allow: [SocksDestination]?
-    /// Opens loopback, private, link-local, shared, multicast and reserved destinations and the
-    /// link's own addresses to the terminal without naming each (off by default: the terminal
-    /// reaches the internet, not the host's services and networks).
+    /// Opens loopback, private, link-local, shared, multicast, reserved and documentation
+    /// destinations, the host's own addresses and the link's to the terminal without naming each
+    /// (off by default: the terminal reaches the internet, not the host's services and networks).
     public var allowPrivate = false
     /// A client that has not finished its handshake (up to its CONNECT request) this long after
     /// connecting is reset, so a silent one cannot hold a connection of our stack.
@@ -56,11 +58,17 @@ public struct ProxyConnectionStatus: Sendable, Equatable {
 /// rule as 127.0.0.1 itself.
 struct SocksPolicy: Equatable {
     enum Decision: Equatable {
-        case connect
+        /// Allowed. `openedByOperator`: an entry naming this address and port, or
+        /// `allowPrivate`, opened it; otherwise the rules let it through, and a connection
+        /// that turns out to reach this host after all is reset once made.
+        case connect(openedByOperator: Bool)
         /// There is an allow-list and it does not name the destination.
         case notListed
         /// Our PPP address or the terminal's.
         case ownAddress
+        /// An address on one of the host's interfaces: its services bound to 0.0.0.0 answer
+        /// there as on loopback.
+        case hostAddress
         /// Loopback, private and the rest that only `allowPrivate` or an entry opens.
         case restricted(IPv4AddressScope)
     }
@@ -73,15 +81,51 @@ struct SocksPolicy: Equatable {
     /// resolving anything.
     func listed(_ requested: SocksDestination) -> Bool { allow?.contains(requested) ?? true }
 
-    /// Whether the terminal may have `requested` (as it asked for it), which leads to `address`.
-    func decide(_ requested: SocksDestination, address: IPv4Address) -> Decision {
+    /// Whether the terminal may have `requested` (as it asked for it), which leads to `address`,
+    /// on a host whose interfaces have `hostAddresses` now.
+    func decide(_ requested: SocksDestination, address: IPv4Address, hostAddresses: [IPv4Address]) -> Decision {
         guard listed(requested) else { return .notListed }
-        // An entry naming this very host:port is the operator's word for it.
-        if allowPrivate || allow?.contains(requested) == true { return .connect }
+        // An entry naming this very address and port is the operator's word for it. An entry
+        // naming a host name is not: the name's owner decides where it leads, and may point it
+        // at 127.0.0.1 or 169.254.169.254 tomorrow.
+        if allowPrivate || allow?.contains(SocksDestination(host: address.description, port: requested.port)) == true {
+            return .connect(openedByOperator: true)
+        }
         if ownAddresses.contains(address) { return .ownAddress }
+        // A special range says more (127.0.0.1 is on `lo` too); an address of the host that looks
+        // global would otherwise pass.
         let scope = IPv4AddressScope(address)
-        return scope == .global ? .connect : .restricted(scope)
+        guard scope == .global else { return .restricted(scope) }
+        return hostAddresses.contains(address) ? .hostAddress : .connect(openedByOperator: false)
     }
+}
+
+/// Log lines a peer can cause, by kind: the first of a kind is written at once, then at most
+/// one per `interval`, saying how many were held back since the one before, so a flood of bad
+/// requests costs a line a minute, not a line each. Keyed by our own kinds, never by peer text.
+struct ThrottledLog<Kind: Hashable> {
+    let interval: Duration
+    private var lastLine: [Kind: Instant] = [:]
+    private var heldSinceLine: [Kind: Int] = [:]
+    /// Every occurrence by kind, written or not.
+    private(set) var occurrences: [Kind: Int] = [:]
+
+    init(interval: Duration) { self.interval = interval }
+
+    /// nil: hold this one back; a number: write a line now, this many having been held back
+    /// since the last.
+    mutating func admit(_ kind: Kind, now: Instant) -> Int? {
+        occurrences[kind, default: 0] += 1
+        if let last = lastLine[kind], now - last < interval {
+            heldSinceLine[kind, default: 0] += 1
+            return nil
+        }
+        lastLine[kind] = now
+        return heldSinceLine.removeValue(forKey: kind) ?? 0
+    }
+
+    /// Held back and not yet told in a later line.
+    var held: Int { heldSinceLine.values.reduce(0, +) }
 }
 
 /// Keys reported once each (a terminal retrying one refused destination writes one log line),
@@ -108,29 +152,66 @@ struct ReportedOnce {
 /// Requests whose host name is being resolved, each under a token of its own. Connection ids
 /// start again at 1 in the stack of a renegotiated link, so an answer is matched by its token
 /// and can only reach the client that asked; the client's id alone could name another one.
+/// Lookups are counted apart from the clients waiting for them: a client that resets stops
+/// waiting at once, but getaddrinfo cannot be interrupted and holds its thread until the
+/// resolver answers, so only a lookup that came back frees its place.
 struct PendingLookups {
     private var tokens: [ConnectionID: UInt64] = [:]
     private var nextToken: UInt64 = 0
+    /// Lookups started and not yet come back, whether anyone still waits for them or not.
+    private(set) var running = 0
 
+    /// Clients waiting for a lookup.
     var count: Int { tokens.count }
     func contains(_ id: ConnectionID) -> Bool { tokens[id] != nil }
 
     mutating func begin(_ id: ConnectionID) -> UInt64 {
         nextToken &+= 1
         tokens[id] = nextToken
+        running += 1
         return nextToken
     }
 
-    /// True (and the lookup is over) when `id` is still waiting for the lookup `token` names.
-    mutating func finish(_ id: ConnectionID, token: UInt64) -> Bool {
+    /// The lookup `token` came back (or never started): true, and the wait is over, when `id`
+    /// is still waiting for it.
+    mutating func returned(_ id: ConnectionID, token: UInt64) -> Bool {
+        running = max(0, running - 1)
         guard tokens[id] == token else { return false }
         tokens[id] = nil
         return true
     }
 
+    /// The client is gone; its lookup runs on and still counts until it returns.
     mutating func cancel(_ id: ConnectionID) { tokens[id] = nil }
     /// The stack is gone; tokens are never reused, so lookups still running find nothing.
     mutating func removeAll() { tokens = [:] }
+}
+
+/// A blocking name lookup on a thread of its own. A resolver that hangs then holds only that
+/// thread, never one of the process's shared pool (Dispatch's, which Swift's cooperative
+/// executor and everything else need); the proxy caps how many run at once.
+enum LookupThread {
+    private final class Work {
+        let body: @Sendable () -> Void
+        init(_ body: @escaping @Sendable () -> Void) { self.body = body }
+    }
+
+    /// False when no thread could be made (the system is out of them); `body` then never runs.
+    static func start(_ body: @escaping @Sendable () -> Void) -> Bool {
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        defer { pthread_attr_destroy(&attributes) }
+        pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
+        let work = Unmanaged.passRetained(Work(body)).toOpaque()
+        var thread = pthread_t()
+        let r = pthread_create(&thread, &attributes, { raw in
+            guard let raw else { return nil }
+            Unmanaged<Work>.fromOpaque(raw).takeRetainedValue().body()
+            return nil
+        }, work)
+        if r != 0 { Unmanaged<Work>.fromOpaque(work).release() }
+        return r == 0
+    }
 }
 
 /// SOCKS4, SOCKS4a and SOCKS5 CONNECT on our PPP address; each accepted request becomes a host
@@ -139,6 +220,14 @@ struct PendingLookups {
 final class SocksProxy: StackApplication, @unchecked Sendable {
     /// Refused destinations remembered for the log.
     static let reportedCapacity = 256
+    /// At most one line per kind of peer-caused event in this long.
+    static let logInterval: Duration = .seconds(60)
+
+    /// Kinds of log line a terminal can cause (policy refusals are logged once per destination
+    /// instead).
+    enum Notice: Hashable {
+        case badHandshake, outboundFull, lookupsFull, lookupFailed, connectFailed, connected, reachedHost
+    }
 
     private struct Handshake {
         var negotiation: SocksNegotiation
@@ -149,21 +238,28 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
     private weak var host: StackAttachment?
     let configuration: SocksConfiguration
     var keepAlive: KeepAliveSettings?
-    /// The blocking lookup, run off the loop.
+    /// The blocking lookup, run on a thread of its own.
     var resolve: @Sendable (String) -> IPv4Address? = SocksProxy.resolve
+    /// The addresses on the host's interfaces, read for each decision (nil: unreadable).
+    var hostAddresses: () -> [IPv4Address]? = SocksProxy.interfaceAddresses
     private var policy: SocksPolicy
     private var negotiating: [ConnectionID: Handshake] = [:]
     private var dirty: Set<ConnectionID> = []
-    /// Requests whose host name is being resolved (holding an outbound slot).
+    /// Requests whose host name is being resolved (holding an outbound slot), and lookups
+    /// still running (each holding a thread, capped at `maximumConnections`).
     private var resolving = PendingLookups()
     private var destinations: [ConnectionID: String] = [:]
     private let relays: RelayTable
     let counters = Relay.Counter()
     private(set) var refusals = 0
-    /// Refusals by the destination rules (allow-list, private and own addresses).
+    /// Refusals by the destination rules (allow-list, private, the host's and the link's own
+    /// addresses), connections reset for reaching this host included.
     private(set) var policyRefusals = 0
     private(set) var handshakeTimeouts = 0
+    /// Requests for a name refused because as many lookups as allowed were running.
+    private(set) var lookupRefusals = 0
     private var reported = ReportedOnce(capacity: SocksProxy.reportedCapacity)
+    private var notices = ThrottledLog<Notice>(interval: SocksProxy.logInterval)
     var log: (String) -> Void = { _ in }
 
     init(configuration: SocksConfiguration, loop: EventLoop) {
@@ -174,6 +270,7 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
     }
 
     var outbound: Int { relays.count + resolving.count }
+    var lookupsRunning: Int { resolving.running }
 
     var connections: [ProxyConnectionStatus] {
         relays.relays.values.sorted { $0.id < $1.id }.map {
@@ -242,6 +339,12 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         }
     }
 
+    /// Logs a line a peer caused, unless one of its kind went out less than `logInterval` ago.
+    private func note(_ kind: Notice, now: Instant, _ line: @autoclosure () -> String) {
+        guard let held = notices.admit(kind, now: now) else { return }
+        log("socks: " + line() + (held > 0 ? " (and \(held) more like it since the last such line)" : ""))
+    }
+
     private func negotiate(_ id: ConnectionID, now: Instant) {
         guard let host, host.stack != nil, var h = negotiating[id] else { return }
         let bytes = host.stack!.read(id, maximum: SocksNegotiation.maximumHandshakeBytes + 1, now: now)
@@ -261,7 +364,7 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
             case let .reply(b):
                 host.stack!.write(id, b, now: now)
             case let .refuse(b, reason):
-                log("socks: refused: \(reason)")
+                note(.badHandshake, now: now, "refused: \(reason)")
                 refuse(id, b, now: now)
                 return
             case let .request(request, reply):
@@ -312,54 +415,79 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
             return
         }
         guard outbound < configuration.maximumConnections else {
-            log("socks: \(request.host):\(request.port) refused: \(configuration.maximumConnections) outbound connections already open")
+            note(.outboundFull, now: now, "\(request.host):\(request.port) refused: \(configuration.maximumConnections) outbound connections already open")
+            refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now)
+            return
+        }
+        if let address {
+            destinations[id] = "\(request.host):\(request.port)"
+            connectIfAllowed(id, request, requested, address, leftover: leftover, now: now)
+            return
+        }
+        // Lookups of clients that reset are still running: they count until they come back, or
+        // a client asking for a slow name and resetting, again and again, would pile up threads.
+        guard resolving.running < configuration.maximumConnections else {
+            lookupRefusals += 1
+            note(.lookupsFull, now: now, "\(request.host) refused: \(resolving.running) name lookups still running")
             refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now)
             return
         }
         destinations[id] = "\(request.host):\(request.port)"
-        if let address {
-            connectIfAllowed(id, request, requested, address, leftover: leftover, now: now)
-            return
-        }
         // The rules apply to the address the name leads to, once it is known.
         let token = resolving.begin(id)
-        DispatchQueue.global().async { [loop, resolve] in
+        let started = LookupThread.start { [loop, resolve] in
             let address = resolve(requested.host)
             loop.execute { [weak self] in
-                guard let self, self.resolving.finish(id, token: token) else { return }
+                guard let self, self.resolving.returned(id, token: token) else { return }
                 let now = self.loop.now
                 if let address {
                     self.connectIfAllowed(id, request, requested, address, leftover: leftover, now: now)
                 } else {
-                    self.log("socks: \(request.host) did not resolve")
+                    self.note(.lookupFailed, now: now, "\(request.host) did not resolve")
                     self.refuse(id, SocksNegotiation.failureReply(for: request.version, .hostUnreachable), now: now)
                 }
                 self.host?.serve(now: now)
             }
+        }
+        if !started {
+            _ = resolving.returned(id, token: token)
+            note(.lookupFailed, now: now, "\(request.host): no thread for the lookup")
+            refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now)
         }
     }
 
     private func connectIfAllowed(_ id: ConnectionID, _ request: SocksRequest, _ requested: SocksDestination, _ address: IPv4Address,
                                   leftover: [UInt8], now: Instant) {
         let shown = request.host.isName ? " (\(address))" : ""
-        switch policy.decide(requested, address: address) {
-        case .connect:
-            connect(id, request, TCPEndpoint(address, request.port), leftover: leftover, now: now)
+        let opens = "an allow-list entry naming \(address):\(request.port), or allowing private destinations, opens it"
+        guard let hostAddresses = hostAddresses() else {
+            // Not knowing the host's addresses, no destination can be told apart from them.
+            note(.connectFailed, now: now, "\(request.host):\(request.port) refused: the host's interface addresses could not be read")
+            refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now)
+            return
+        }
+        switch policy.decide(requested, address: address, hostAddresses: hostAddresses) {
+        case let .connect(openedByOperator):
+            connect(id, request, TCPEndpoint(address, request.port), mayReachHost: openedByOperator, leftover: leftover, now: now)
         case .notListed:
             refuseByPolicy(id, request, why: "not on the allow-list", now: now)
         case .ownAddress:
-            refuseByPolicy(id, request, why: "\(address) is an address of this link; an allow-list entry for it opens it", now: now)
+            refuseByPolicy(id, request, why: "\(address) is an address of this link; \(opens)", now: now)
+        case .hostAddress:
+            refuseByPolicy(id, request, why: "\(address) is an address of this host; \(opens)", now: now)
         case let .restricted(scope):
-            refuseByPolicy(id, request, why: "\(scope) destination\(shown); an allow-list entry naming it, or allowing private destinations, opens it", now: now)
+            refuseByPolicy(id, request, why: "\(scope) destination\(shown); \(opens)", now: now)
         }
     }
 
-    private func connect(_ id: ConnectionID, _ request: SocksRequest, _ endpoint: TCPEndpoint, leftover: [UInt8], now: Instant) {
+    /// `mayReachHost` false: the connection must not turn out to be to this host.
+    private func connect(_ id: ConnectionID, _ request: SocksRequest, _ endpoint: TCPEndpoint, mayReachHost: Bool,
+                         leftover: [UInt8], now: Instant) {
         let fd: Int32
         do {
             fd = try HostSocket.connect(to: endpoint, keepAlive: keepAlive)
         } catch {
-            log("socks: \(endpoint): \(error)")
+            note(.connectFailed, now: now, "\(endpoint): \(error)")
             refuse(id, SocksNegotiation.failureReply(for: request.version, SocksProxy.failure(error.errno)), now: now)
             return
         }
@@ -367,12 +495,23 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         r.toHost = leftover
         // The client learns of success only once the host connection is made.
         r.onHostConnected = { [unowned self] r in
+            let now = self.loop.now
             let bound = HostSocket.localEndpoint(r.fd) ?? TCPEndpoint(IPv4Address(0), 0)
-            self.host?.stack?.write(r.id, SocksNegotiation.successReply(for: request, bound: bound.address, port: bound.port), now: self.loop.now)
-            self.log("socks: connected to \(endpoint)" + (request.host.isName ? " (\(request.host))" : ""))
+            // An address that routes to this host without being on an interface (a local route
+            // such as `ip route add local PREFIX dev lo`, or an address added since the
+            // decision) shows as a connection from the very address it went to: reset, before
+            // the success reply and before any of the client's bytes reach the host's service.
+            if !mayReachHost, let peer = SocksProxy.peerAddress(r.fd), peer == bound.address {
+                self.policyRefusals += 1
+                self.note(.reachedHost, now: now, "\(endpoint) reset: it reached this host (\(bound.address) to itself)")
+                return false
+            }
+            self.host?.stack?.write(r.id, SocksNegotiation.successReply(for: request, bound: bound.address, port: bound.port), now: now)
+            self.note(.connected, now: now, "connected to \(endpoint)" + (request.host.isName ? " (\(request.host))" : ""))
+            return true
         }
         r.onHostConnectFailed = { [unowned self] r, e in
-            self.log("socks: \(endpoint): \(SystemError("connect", errno: e))")
+            self.note(.connectFailed, now: self.loop.now, "\(endpoint): \(SystemError("connect", errno: e))")
             self.refuse(r.id, SocksNegotiation.failureReply(for: request.version, SocksProxy.failure(e)), now: self.loop.now)
             self.refusals -= 1
         }
@@ -403,11 +542,41 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         return sa.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { HostSocket.endpoint($0.pointee).address }
     }
 
+    /// The IPv4 addresses on the host's interfaces now (getifaddrs(3)), nil when they cannot be
+    /// read. Read for each decision: addresses come and go (DHCP, containers, VPNs), and the
+    /// call is one netlink dump, cheap next to the connect it guards.
+    static func interfaceAddresses() -> [IPv4Address]? {
+        var list: UnsafeMutablePointer<ifaddrs>?
+        guard getifaddrs(&list) == 0 else { return nil }
+        defer { freeifaddrs(list) }
+        var addresses: [IPv4Address] = []
+        var next = list
+        while let entry = next {
+            if let a = entry.pointee.ifa_addr, a.pointee.sa_family == sa_family_t(AF_INET) {
+                addresses.append(a.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { HostSocket.endpoint($0.pointee).address })
+            }
+            next = entry.pointee.ifa_next
+        }
+        return addresses
+    }
+
+    /// The address a connected socket goes to (getpeername(2)).
+    static func peerAddress(_ fd: Int32) -> IPv4Address? {
+        var a = sockaddr_in()
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let r = withUnsafeMutablePointer(to: &a) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getpeername(fd, $0, &length) }
+        }
+        return r == 0 ? HostSocket.endpoint(a).address : nil
+    }
+
     func report() -> [String] {
         let t = counters.value
         let unlogged = reported.unreported > 0 ? " (\(reported.unreported) not logged)" : ""
+        let held = notices.held > 0 ? ", \(notices.held) log lines held back" : ""
         return ["socks on port \(configuration.port): connections \(t.connections) (\(t.active) open), refused \(refusals)"
-            + " (\(policyRefusals) by the destination rules\(unlogged)), handshakes timed out \(handshakeTimeouts),"
+            + " (\(policyRefusals) by the destination rules\(unlogged), \(lookupRefusals) with too many lookups running),"
+            + " handshakes timed out \(handshakeTimeouts)\(held),"
             + " to terminal \(t.bytesToTerminal) B, to host \(t.bytesToHost) B"]
     }
 }

@@ -14,6 +14,14 @@ public enum IPv4AddressScope: Sendable, Equatable, CaseIterable, CustomStringCon
     case privateUse
     /// 100.64.0.0/10, carrier-grade NAT (RFC 6598 §7).
     case sharedAddressSpace
+    /// 192.0.0.0/24, IETF protocol assignments (RFC 6890 §2.1): the whole block, although two
+    /// of its /32s are globally reachable, as no terminal needs those.
+    case protocolAssignments
+    /// 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24, for examples (RFC 5737 §3): no host on
+    /// the internet has them, so one that answers is local to the host or its networks.
+    case documentation
+    /// 198.18.0.0/15, for benchmarking between devices on a lab network (RFC 2544 Appendix C.2.2).
+    case benchmarking
     /// 224.0.0.0/4 (RFC 5771): not one host, and TCP cannot use it.
     case multicast
     /// 240.0.0.0/4 except the broadcast address (RFC 1112 §4).
@@ -38,6 +46,12 @@ public enum IPv4AddressScope: Sendable, Equatable, CaseIterable, CustomStringCon
             self = .privateUse
         } else if within(0x6440_0000, 10) {
             self = .sharedAddressSpace
+        } else if within(0xC000_0000, 24) {
+            self = .protocolAssignments
+        } else if within(0xC000_0200, 24) || within(0xC633_6400, 24) || within(0xCB00_7100, 24) {
+            self = .documentation
+        } else if within(0xC612_0000, 15) {
+            self = .benchmarking
         } else if within(0xE000_0000, 4) {
             self = .multicast
         } else if within(0xF000_0000, 4) {
@@ -54,6 +68,9 @@ public enum IPv4AddressScope: Sendable, Equatable, CaseIterable, CustomStringCon
         case .linkLocal: return "link-local"
         case .privateUse: return "private (RFC 1918)"
         case .sharedAddressSpace: return "shared address space (100.64/10)"
+        case .protocolAssignments: return "IETF protocol assignments (192.0.0/24)"
+        case .documentation: return "documentation (RFC 5737)"
+        case .benchmarking: return "benchmarking (198.18/15)"
         case .multicast: return "multicast"
         case .reserved: return "reserved (240/4)"
         case .limitedBroadcast: return "broadcast"

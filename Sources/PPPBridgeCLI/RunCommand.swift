@@ -70,11 +70,15 @@ struct RunCommand {
       --socks [PORT]         the SOCKS4/4a/5 proxy on our PPP address (default port 1080; on
                              unless --no-socks), at most 5 outbound connections at once
       --no-socks             no proxy
-      --socks-allow HOST:PORT  only these destinations (repeatable); each also opens exactly
-                             that HOST:PORT when it is on the host or a private network
+      --socks-allow HOST:PORT  only these destinations (repeatable); an entry naming an address
+                             also opens exactly that ADDRESS:PORT when it is on the host or a
+                             private network; a name still leads only where the rules allow
+                             (its address:port must be listed too to reach the host or a
+                             private network, as DNS may point it anywhere)
       --socks-allow-private  let the terminal reach loopback, private (RFC 1918), link-local,
-                             CGNAT, multicast and reserved addresses and the link's own (refused
-                             by default: SOCKS5 reply 2, SOCKS4 0x5B)
+                             CGNAT, multicast, reserved and documentation addresses, the host's
+                             interface addresses and the link's own (refused by default: SOCKS5
+                             reply 2, SOCKS4 0x5B)
       --socks-user NAME:PASSWORD  SOCKS5 must authenticate (RFC 1929; repeatable)
       --socks-user-file PATH the same, one NAME:PASSWORD per line, from a file
       --keepalive IDLE,INTERVAL,COUNT  TCP keep-alive for the proxy's outbound sockets:
