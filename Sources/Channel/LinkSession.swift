@@ -31,8 +31,9 @@ public final class LinkSession: LoopClient {
     public private(set) var ipPacketsDropped = 0
     /// The line's output queue is not filled beyond this by IP packets: one that does not fit
     /// is dropped (TCP retransmits, as behind any full router queue) and the line is not read
-    /// until the queue is back under half of it, so a peer that floods us with requests and
-    /// never reads the answers backs up in its own line, not in our memory. By default about
+    /// until the queue is back under half of it (one buffer every `maximumReadPause` at most),
+    /// so a peer that floods us with requests and never reads the answers backs up in its own
+    /// line, not in our memory. By default about
     /// two seconds of line time (`defaultLineQueueLimit`); kept within
     /// `minimumLineQueueLimit...maximumLineQueueLimit`, so the sums below cannot overflow.
     ///
@@ -88,6 +89,14 @@ public final class LinkSession: LoopClient {
     private var watchingAttachment = true
     /// The line is not read while its output queue is full (see `lineQueueLimit`).
     private var readPaused = false
+    /// When the current pause began; a pause lasts `maximumReadPause` at most.
+    private var readPausedSince: Instant?
+    /// The longest the line goes unread while our queue is full. A pause must end by itself:
+    /// the peer may be another of us whose own queue is full of what we have not read, paused
+    /// in turn, and two pauses waiting for each other would never end (seen with the kernel's
+    /// TCP on both ends of a pty). One buffer read per pause bounds what a flooding peer gets in
+    /// (and what we answer is dropped at the full queue), while a paused peer of ours drains.
+    public static let maximumReadPause: Duration = .milliseconds(200)
     /// An IP packet did not fit in the queue since the interest was last set.
     private var overflowed = false
     private var readBuffer = [UInt8](repeating: 0, count: 65536)
@@ -171,7 +180,7 @@ public final class LinkSession: LoopClient {
 
     public var pollAt: Instant? {
         guard downReason == nil else { return nil }
-        return earliest(link.pollAt, closeDeadline, attachment?.pollAt)
+        return earliest(link.pollAt, closeDeadline, attachment?.pollAt, readPausedSince.map { $0 + Self.maximumReadPause })
     }
 
     public func service(now: Instant) {
@@ -202,9 +211,19 @@ public final class LinkSession: LoopClient {
         // at a time (and a paused line always has output to wait for).
         let full = overflowed || queuedBytes >= lineQueueLimit
         overflowed = false
-        let pause = queuedBytes > lineQueueLimit / 2 && (readPaused || full)
+        var pause = queuedBytes > lineQueueLimit / 2 && (readPaused || full)
+        let now = loop.now
+        if pause, let since = readPausedSince, now - since >= Self.maximumReadPause {
+            // Time is up: one buffer is read this turn, then (still full) a new pause begins.
+            pause = false
+        }
+        if pause && !readPaused {
+            queueCounters.readPauses += 1
+            readPausedSince = now
+        } else if !pause {
+            readPausedSince = nil
+        }
         if wantOutput != watchingOutput || pause != readPaused {
-            if pause && !readPaused { queueCounters.readPauses += 1 }
             loop.setInterest(line.descriptor, (pause ? 0 : EPOLLIN.rawValue) | (wantOutput ? EPOLLOUT.rawValue : 0))
             watchingOutput = wantOutput
             readPaused = pause
