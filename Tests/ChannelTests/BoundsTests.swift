@@ -116,7 +116,7 @@ extension ClosedWindowSink {
     }
 }
 
-@Suite(.serialized, .timeLimit(.minutes(5)))
+@Suite(.serialized, .timeLimit(.minutes(10)))
 struct BoundsTests {
     private static func directory() throws -> String {
         let d = NSTemporaryDirectory() + "pppbridge-bounds-\(UUID().uuidString.prefix(8))"

@@ -4,7 +4,7 @@ import Channel
 import ChannelTestSupport
 
 /// The DNS server the host role hands the terminal when its relay runs.
-@Suite(.timeLimit(.minutes(2)))
+@Suite(.timeLimit(.minutes(10)))
 struct HostRoleDNSTests {
     @Test func aHostWithoutChosenAddressesGivesTheTerminalItsPPPAddressAsDNS() async throws {
         // `pppbridge run` without --local-ip and --terminal-ip; no query is sent upstream.

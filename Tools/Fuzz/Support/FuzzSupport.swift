@@ -152,3 +152,24 @@ public struct TCPExpectations {
     }
 }
 
+
+// MARK: - SOCKS
+
+/// The steps a SOCKS negotiation takes over `body` fed whole, after checking that feeding it
+/// in pieces (sizes picked by the bytes themselves) reaches the same end with the same leftover.
+public func socksStepsWhateverTheCut(_ body: [UInt8], passwords: [String: String]?) -> [SocksNegotiation.Step] {
+    var whole = SocksNegotiation(passwords: passwords)
+    let once = whole.feed(body)
+    var cut = SocksNegotiation(passwords: passwords)
+    var pieces: [SocksNegotiation.Step] = []
+    var i = 0
+    while i < body.count {
+        let n = 1 + Int(body[i] % 13)
+        pieces += cut.feed(Array(body[i..<min(body.count, i + n)]))
+        i += n
+    }
+    let ends = { (steps: [SocksNegotiation.Step]) in steps.filter { if case .needMore = $0 { return false } else { return true } } }
+    precondition(ends(once) == ends(pieces), "SOCKS steps depend on how the input was cut")
+    precondition(whole.leftover == cut.leftover, "SOCKS leftover depends on how the input was cut")
+    return once
+}
