@@ -74,11 +74,14 @@ import Testing
         config.reassembly = FragmentReassembly.Limits(memory: 128 * 1024)
         var s = IPStack(configuration: config, seed: 1)
         let options = [UInt8](repeating: 1, count: 40) // 40 NOPs
+        // A whole UDP datagram of 65515 bytes (length field right, no checksum) to port 9999.
+        let udp = BigEndian.bytes(UInt16(5353)) + BigEndian.bytes(UInt16(9999)) + BigEndian.bytes(UInt16(65515)) + [0, 0]
+            + [UInt8](repeating: 0, count: 65507)
         var first = header(id: 5, offset: 0, more: true, length: 32000, options: options)
         first.payloadLength = 32000
-        s.receive(packet: first.emit() + [UInt8](repeating: 0, count: 32000), now: .zero)
-        s.receive(packet: Peer.ip(IPProtocol.udp, [UInt8](repeating: 0, count: 32000), id: 5, offset: 32000, more: true), now: .zero)
-        s.receive(packet: Peer.ip(IPProtocol.udp, [UInt8](repeating: 0, count: 1515), id: 5, offset: 64000), now: .zero)
+        s.receive(packet: first.emit() + Array(udp[0..<32000]), now: .zero)
+        s.receive(packet: Peer.ip(IPProtocol.udp, Array(udp[32000..<64000]), id: 5, offset: 32000, more: true), now: .zero)
+        s.receive(packet: Peer.ip(IPProtocol.udp, Array(udp[64000...]), id: 5, offset: 64000), now: .zero)
         #expect(s.counters.reassemblyDropReasons.tooLarge == 1)
         #expect(s.counters.datagramsReassembled == 0 && s.counters.icmpErrorsSent == 0)
         #expect(s.reassemblyBytes.fragments == 0)

@@ -80,7 +80,7 @@ def oversized_datagram(host):
     me = local_address(host)
     # UDP to a port nobody binds (the ICMP error path would quote the datagram): 8-byte
     # header plus 65507 bytes, 65515 in all; 40 option bytes make the datagram 65575 bytes.
-    udp = struct.pack(">HHHH", 5353, 9999, 0, 0) + bytes(65507)
+    udp = struct.pack(">HHHH", 5353, 9999, 8 + 65507, 0) + bytes(65507)
     options = bytes([1] * 40)
     packets = []
     offset = 0
