@@ -40,10 +40,8 @@ for target in "${targets[@]}"; do
     python3 Tools/fuzz_seeds.py "$target" "$traces" "$seeds"
     [ ! -d "Tools/Fuzz/regressions/$target" ] || cp Tools/Fuzz/regressions/"$target"/* "$seeds"/
     echo "fuzzing $target for ${seconds}s ($(ls "$seeds" | wc -l) seeds)" >&2
-    # The message decoder's budget is a count of executions (at least a million), not a time.
     budget=(-max_total_time="$seconds")
     [ -z "${FUZZ_RUNS:-}" ] || budget+=(-runs="$FUZZ_RUNS")
-    [ "$target" != messages ] || [ -n "${FUZZ_RUNS:-}" ] || budget=(-runs="${FUZZ_MESSAGE_RUNS:-1000000}" -max_total_time=300)
     "$scratch/release/$product" "${budget[@]}" -print_final_stats=1 -timeout=10 -max_len=2048 \
         -artifact_prefix=fuzz-artifacts/ "$corpus" "$seeds" 2>&1 | grep -E "stat::number_of_executed_units|stat::peak_rss|Done|ERROR|SUMMARY|crash|deadly|^depth:" || true
     test "${PIPESTATUS[0]}" -eq 0
