@@ -10,12 +10,15 @@ import ChannelTestSupport
 struct DNSRelayTests {
     /// A UDP socket on a free loopback port; the caller closes it.
     func resolverSocket() -> (fd: Int32, port: UInt16) {
-        let port = Host.freePort()
         let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        var a = Host.address(TCPEndpoint(IPv4Address(127, 0, 0, 1), port))
-        _ = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        Host.setTimeout(fd, seconds: 20)
-        return (fd, port)
+        // Port 0: the kernel's choice, which cannot be taken already.
+        var a = Host.address(TCPEndpoint(IPv4Address(127, 0, 0, 1), 0))
+        let bound = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        precondition(bound == 0, "a loopback UDP socket could not be bound")
+        // The resolver waits as long as the suite may: in the full run the link can take
+        // minutes to come up while the VM suites hold the runner's threads.
+        Host.setTimeout(fd, seconds: 600)
+        return (fd, Host.localPort(fd))
     }
 
     /// example.test A? with the terminal's id 0x1234.
