@@ -460,13 +460,20 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
                                   leftover: [UInt8], now: Instant) {
         let shown = request.host.isName ? " (\(address))" : ""
         let opens = "an allow-list entry naming \(address):\(request.port), or allowing private destinations, opens it"
-        guard let hostAddresses = hostAddresses() else {
-            // Not knowing the host's addresses, no destination can be told apart from them.
-            note(.connectFailed, now: now, "\(request.host):\(request.port) refused: the host's interface addresses could not be read")
-            refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now)
-            return
+        // The host's addresses are read only when the rules would let a global address through:
+        // an operator's entry, a refusal by range or the link's own addresses never need them (and
+        // so never fail with them, as getifaddrs may when descriptors run short).
+        var decision = policy.decide(requested, address: address, hostAddresses: [])
+        if case .connect(openedByOperator: false) = decision {
+            guard let hostAddresses = hostAddresses() else {
+                // Not knowing the host's addresses, no destination can be told apart from them.
+                note(.connectFailed, now: now, "\(request.host):\(request.port) refused: the host's interface addresses could not be read")
+                refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now)
+                return
+            }
+            decision = policy.decide(requested, address: address, hostAddresses: hostAddresses)
         }
-        switch policy.decide(requested, address: address, hostAddresses: hostAddresses) {
+        switch decision {
         case let .connect(openedByOperator):
             connect(id, request, TCPEndpoint(address, request.port), mayReachHost: openedByOperator, leftover: leftover, now: now)
         case .notListed:
