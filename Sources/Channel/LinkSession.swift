@@ -206,10 +206,12 @@ public final class LinkSession: LoopClient {
     private func updateInterest() {
         guard let loop else { return }
         let wantOutput = queuedBytes > 0
-        // Full: a packet did not fit, or control frames took the queue to the limit. Reading
+        // Full: a packet or control frames did not fit and were dropped. A queue that merely
+        // reached the limit is not: our own sources (TUN, the stack's TCP) fill it to the brim
+        // while the line is busy, and pausing then would pause a peer of ours in turn. Reading
         // resumes only once half the limit has drained, so a flood is not let in again a frame
         // at a time (and a paused line always has output to wait for).
-        let full = overflowed || queuedBytes >= lineQueueLimit
+        let full = overflowed
         overflowed = false
         var pause = queuedBytes > lineQueueLimit / 2 && (readPaused || full)
         let now = loop.now
@@ -228,8 +230,9 @@ public final class LinkSession: LoopClient {
             watchingOutput = wantOutput
             readPaused = pause
         }
-        // Back-pressure: a fast source (the kernel through TUN) waits while the line is behind.
-        let wantAttachment = queuedBytes < lineQueueLimit
+        // Back-pressure: a fast source (the kernel through TUN) waits while the line is behind,
+        // until a packet of the largest size the link carries fits again.
+        let wantAttachment = lineQueueLimit - queuedBytes >= link.transmitMRU || output.dataCount == 0
         if wantAttachment != watchingAttachment {
             for fd in attachment?.descriptors ?? [] { loop.setInterest(fd, wantAttachment ? EPOLLIN.rawValue : 0) }
             watchingAttachment = wantAttachment
@@ -333,6 +336,7 @@ public final class LinkSession: LoopClient {
         if queuedBytes + control.count > lineQueueLimit + lineQueueControlReserve {
             queueCounters.droppedControlBytes += control.count
             control.removeAll()
+            overflowed = true
         }
         if outboundLoss != nil { control = outboundLoss!.filter(control) }
         output.append(control: control)
@@ -354,7 +358,9 @@ public final class LinkSession: LoopClient {
                     continue
                 }
                 var frame = link.takeTransmit()
-                room -= frame.count
+                // Counted unframed, as the sources count their room: escapes and the FCS may take
+                // the queue a little beyond the limit, never a packet a source was told fits.
+                room -= p.count
                 if outboundLoss != nil { frame = outboundLoss!.filter(frame) }
                 output.append(dataFrame: frame)
             }

@@ -12,6 +12,8 @@ public final class TunAttachment: NetworkAttachment {
     public let descriptor: Int32
     private let output: (String) -> Void
     private var up = false
+    /// The interface's MTU: the largest packet a read can return.
+    private var mtu = 1500
     private var fromKernel: [[UInt8]] = []
     public private(set) var packetsToKernel = 0
     public private(set) var packetsFromKernel = 0
@@ -37,6 +39,7 @@ public final class TunAttachment: NetworkAttachment {
             throw SystemError("configure \(name)")
         }
         up = true
+        self.mtu = mtu
         output("tun: \(name) up, \(result.localAddress) peer \(result.peerAddress) mtu \(mtu)")
     }
 
@@ -61,7 +64,11 @@ public final class TunAttachment: NetworkAttachment {
     public func readable(_ fd: Int32, room: Int, now: Instant) throws(SystemError) {
         var buffer = [UInt8](repeating: 0, count: 65536)
         var budget = room
-        while budget > 0 {
+        // After the first, a packet is read only when the largest one would still fit: one read
+        // beyond the room would be dropped at the queue, a loss of our making for the kernel's
+        // TCP. (The first always is: the session asks only when the largest fits, or when no IP
+        // data is queued at all behind a limit smaller than the MTU.)
+        while budget > 0 && (budget == room || budget >= mtu) {
             guard let n = try readAvailable(descriptor, into: &buffer), n > 0 else { return }
             // Only IPv4 rides our link (IPCP); the kernel's IPv6 chatter is not for it.
             guard up, buffer[0] >> 4 == 4 else { continue }

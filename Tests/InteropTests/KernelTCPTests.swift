@@ -86,10 +86,13 @@ struct KernelTCPTests {
         if lossPercent > 0 { #expect(!counters.contains("retrans 0 "), "\(counters)") }
     }
 
+    /// Fifty echoes at once, 256 KiB each: what is shown is the demultiplexing and the sharing of
+    /// the line, not throughput (the suite's build is a debug build, CPU-bound at about 1 MB/s
+    /// here, and the sixty-four-mebibyte test above moves the volume).
     @Test func fiftyConcurrentConnections() throws {
         let link = try KernelLink()
         defer { link.stop() }
-        let out = try link.client(["concurrent", KernelLink.hostAddress, "7", "50", String(1 << 20)])
+        let out = try link.client(["concurrent", KernelLink.hostAddress, "7", "50", String(256 << 10)])
         #expect(out.contains("concurrent ok=50 of 50"), "\(out)")
     }
 
