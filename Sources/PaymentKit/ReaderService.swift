@@ -24,6 +24,8 @@ final class ReaderService: StackApplication {
     /// Messages not sent: too large for a frame, or the host connection aborted for not reading.
     private(set) var droppedMessages = 0
     private var closeAfterFlush = false
+    /// The host connection we closed: its last frames (a Shutdown event) may still be unacknowledged.
+    private var closing: ConnectionID?
     private var gatewaySequence = 0
     /// Every byte the reader connection carried, both ways (tests look for card data in it).
     var observer: ((_ fromHost: Bool, _ bytes: [UInt8]) -> Void)?
@@ -179,12 +181,17 @@ final class ReaderService: StackApplication {
             closeAfterFlush = false
             stack.close(id, now: now)
             connection = nil
+            closing = id
         }
     }
 
     /// Everything for the host has been sent and acknowledged (or there is no host).
+    /// A connection closed after its last frames counts until they are acknowledged: the
+    /// terminal's last words before it powers off must not be cut off by the link going down.
     var isFlushed: Bool {
-        guard let id = connection, let stack = host, stack.stack != nil else { return true }
+        guard let stack = host, stack.stack != nil else { return true }
+        if let c = closing, stack.unacknowledgedBytes(c) > 0 { return false }
+        guard let id = connection else { return true }
         return pending.isEmpty && stack.unacknowledgedBytes(id) == 0
     }
 

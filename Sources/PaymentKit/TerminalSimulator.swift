@@ -177,9 +177,9 @@ public final class TerminalSimulator: @unchecked Sendable {
         t.kick()
         if graceful {
             // Its last words (progress, the Shutdown event) reach the host before the link goes:
-            // what TCP still holds is sent and acknowledged first (for at most two seconds). The
+            // what TCP still holds is sent and acknowledged first (for at most five seconds). The
             // next boot counts from the old link's end, so the two never share the core.
-            whenFlushed(t, s, deadline: loop.now + .seconds(2)) { [weak self] in
+            whenFlushed(t, s, deadline: loop.now + .seconds(5)) { [weak self] in
                 // All on the loop: nothing here waits for a thread of the task pool.
                 t.close { self?.scheduleBoot(after: restartAfter) }
             }
