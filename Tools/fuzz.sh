@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with `-sanitize=fuzzer,address` and runs each for a while.
+# Builds the libFuzzer targets with `-sanitize=fuzzer,address` and runs each for a while, as
+# many side by side as there are cores (FUZZ_JOBS=N to choose).
 #
 #   Tools/fuzz.sh [SECONDS] [TARGET...]     (default: 60 s each, every target)
 #   FUZZ_RUNS=10000000 Tools/fuzz.sh 7200 stack   (a campaign: stops at that many executions,
@@ -29,20 +30,42 @@ scratch=.build/fuzz
 traces=${PPPBRIDGE_TRACES:-../shared/traces}
 mkdir -p fuzz-artifacts
 
+# Every target is built first (one build after another: they share the modules), then run
+# side by side, as many at a time as the machine has cores (FUZZ_JOBS), each into its own log.
 for target in "${targets[@]}"; do
-    product=pppbridge-fuzz-$target
-    swift build -c release --scratch-path "$scratch" --product "$product" \
+    swift build -c release --scratch-path "$scratch" --product "pppbridge-fuzz-$target" \
         -Xswiftc -sanitize=fuzzer,address -Xswiftc -DFUZZING -Xswiftc -g >&2
-    seeds=$scratch/seeds-$target
-    corpus=$scratch/corpus-$target
+done
+
+run_target() {
+    local target=$1 product=pppbridge-fuzz-$1
+    local seeds=$scratch/seeds-$target corpus=$scratch/corpus-$target log=$scratch/fuzz-$target.log
     rm -rf "$seeds"
     mkdir -p "$seeds" "$corpus"
     python3 Tools/fuzz_seeds.py "$target" "$traces" "$seeds"
     [ ! -d "Tools/Fuzz/regressions/$target" ] || cp Tools/Fuzz/regressions/"$target"/* "$seeds"/
-    echo "fuzzing $target for ${seconds}s ($(ls "$seeds" | wc -l) seeds)" >&2
-    budget=(-max_total_time="$seconds")
+    local budget=(-max_total_time="$seconds")
     [ -z "${FUZZ_RUNS:-}" ] || budget+=(-runs="$FUZZ_RUNS")
+    local status=0
     "$scratch/release/$product" "${budget[@]}" -print_final_stats=1 -timeout=10 -max_len=2048 \
-        -artifact_prefix=fuzz-artifacts/ "$corpus" "$seeds" 2>&1 | grep -E "stat::number_of_executed_units|stat::peak_rss|Done|ERROR|SUMMARY|crash|deadly|^depth:" || true
-    test "${PIPESTATUS[0]}" -eq 0
+        -artifact_prefix=fuzz-artifacts/ "$corpus" "$seeds" > "$log" 2>&1 || status=$?
+    {
+        echo "fuzzing $target for ${seconds}s ($(ls "$seeds" | wc -l) seeds): exit $status"
+        grep -E "stat::number_of_executed_units|stat::peak_rss|Done|ERROR|SUMMARY|crash|deadly|^depth:" "$log" || true
+        [ "$status" = 0 ] || tail -n 60 "$log"
+    } >&2
+    return "$status"
+}
+
+jobs=${FUZZ_JOBS:-$(nproc)}
+rm -f "$scratch"/fuzz-*.status
+for target in "${targets[@]}"; do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+    (status=0; run_target "$target" || status=$?; echo "$status" > "$scratch/fuzz-$target.status") &
 done
+wait
+failed=0
+for target in "${targets[@]}"; do
+    [ "$(cat "$scratch/fuzz-$target.status" 2>/dev/null)" = 0 ] || { echo "fuzzing $target failed" >&2; failed=1; }
+done
+exit "$failed"
