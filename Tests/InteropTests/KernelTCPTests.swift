@@ -71,16 +71,16 @@ final class KernelLink {
 
 @Suite(.serialized, .enabled(if: KernelPeer.available, "needs root, /dev/net/tun and iproute2"))
 struct KernelTCPTests {
-    /// 64 MiB from the kernel to our echo service and back: both directions at once, the
+    /// 16 MiB from the kernel to our echo service and back: both directions at once, the
     /// kernel half-closing first while our side keeps sending. Without loss the link runs VJ
     /// compression both ways (the default); with 1% of frames lost it runs without, so SACK
     /// recovery is what is measured (lost frames put VJ's state out of step until a timeout).
     @Test(arguments: [0, 1])
-    func sixtyFourMebibytesEachWay(lossPercent: Int) throws {
+    func sixteenMebibytesEachWay(lossPercent: Int) throws {
         let link = try KernelLink(hostOptions: lossPercent > 0 ? ["--frame-loss", String(lossPercent)] : [], vj: lossPercent == 0)
         defer { link.stop() }
-        let out = try link.client(["echo", KernelLink.hostAddress, "7", String(64 << 20)])
-        #expect(out.contains("echo sent=67108864 received=67108864 equal=True"), "\(out)")
+        let out = try link.client(["echo", KernelLink.hostAddress, "7", String(16 << 20)])
+        #expect(out.contains("echo sent=16777216 received=16777216 equal=True"), "\(out)")
         let counters = link.hostCounters()
         print("kernel echo, \(lossPercent)% frame loss: \(out.trimmingCharacters(in: .whitespacesAndNewlines)) | \(counters.split(separator: "\n").first ?? "")")
         if lossPercent > 0 { #expect(!counters.contains("retrans 0 "), "\(counters)") }
@@ -88,7 +88,7 @@ struct KernelTCPTests {
 
     /// Fifty echoes at once, 256 KiB each: what is shown is the demultiplexing and the sharing of
     /// the line, not throughput (the suite's build is a debug build, CPU-bound at about 1 MB/s
-    /// here, and the sixty-four-mebibyte test above moves the volume).
+    /// here, and the sixteen-mebibyte test above moves the volume).
     @Test func fiftyConcurrentConnections() throws {
         let link = try KernelLink()
         defer { link.stop() }
