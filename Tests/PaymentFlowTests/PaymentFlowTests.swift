@@ -369,7 +369,9 @@ import Testing
         #expect(captured["KSN"]?.string?.isEmpty == false && captured["MAC"]?.string?.isEmpty == false)
         let answer = await withCheckedContinuation { (c: CheckedContinuation<JSONValue?, Never>) in
             world.loop.sync {
-                GatewayClient.exchange(captured, with: world.gateway.endpoint!, loop: world.loop, timeout: .seconds(10), observer: nil) {
+                // As wide as the suite's other waits: under the full suite's load ten seconds
+                // passed once with the gateway's answer still on its way.
+                GatewayClient.exchange(captured, with: world.gateway.endpoint!, loop: world.loop, timeout: .seconds(120), observer: nil) {
                     c.resume(returning: $0)
                 }
             }
