@@ -232,7 +232,7 @@ public final class LinkSession: LoopClient {
         }
         // Back-pressure: a fast source (the kernel through TUN) waits while the line is behind,
         // until a packet of the largest size the link carries fits again.
-        let wantAttachment = lineQueueLimit - queuedBytes >= link.transmitMRU || output.dataCount == 0
+        let wantAttachment = output.sourceMayRead(limit: lineQueueLimit, largestPacket: link.transmitMRU)
         if wantAttachment != watchingAttachment {
             for fd in attachment?.descriptors ?? [] { loop.setInterest(fd, wantAttachment ? EPOLLIN.rawValue : 0) }
             watchingAttachment = wantAttachment
@@ -333,7 +333,7 @@ public final class LinkSession: LoopClient {
         // Each batch the link hands over starts and ends with a flag, so batches can be
         // written in any order (RFC 1662 §4.1).
         var control = link.takeTransmit()
-        if queuedBytes + control.count > lineQueueLimit + lineQueueControlReserve {
+        if !output.controlFits(control.count, limit: lineQueueLimit, reserve: lineQueueControlReserve) {
             queueCounters.droppedControlBytes += control.count
             control.removeAll()
             overflowed = true
@@ -431,6 +431,24 @@ struct LineOutputQueue {
     var dataCount: Int { data.count - dataStart }
     var count: Int { controlCount + dataCount }
     var isEmpty: Bool { count == 0 }
+
+    /// Whether a fast source (TUN) may be read: while a packet of the largest size still fits
+    /// (IP data is counted unframed by its sources, so the queue may run past the limit by the
+    /// escapes), or when no IP data is queued and there is any room at all (a limit below the
+    /// MTU: one packet at a time). Never with no room: a level-triggered descriptor whose handler
+    /// reads nothing would wake the loop at once, every turn, while control frames fill the
+    /// queue (a peer flooding Echo-Requests and reading nothing back).
+    func sourceMayRead(limit: Int, largestPacket: Int) -> Bool {
+        let room = limit - count
+        return room >= largestPacket || (dataCount == 0 && room > 0)
+    }
+
+    /// Whether `bytes` of control frames fit: control may go `reserve` beyond the limit, and IP
+    /// data counts up to the limit only, so escapes that take the data past it (up to twice its
+    /// size for a payload of flags) never crowd out LCP, IPCP or an Echo-Reply.
+    func controlFits(_ bytes: Int, limit: Int, reserve: Int) -> Bool {
+        controlCount + min(dataCount, limit) + bytes <= limit + reserve
+    }
 
     /// Appends control frames (each starting and ending with a flag).
     mutating func append(control frames: [UInt8]) {

@@ -410,6 +410,43 @@ extension BoundsTests {
         #expect(session.lineQueueLimit == LinkSession.minimumLineQueueLimit)
     }
 
+    /// A TUN descriptor is watched only when a read can take something: with the queue at its
+    /// limit by control frames alone (a peer flooding Echo-Requests, reading nothing), not at
+    /// all, or the loop would spin on a readable descriptor whose handler reads nothing.
+    @Test func aFastSourceIsReadOnlyWhenThereIsRoomForWhatItReads() {
+        let encoder = HDLCEncoder()
+        var queue = LineOutputQueue()
+        #expect(queue.sourceMayRead(limit: 4096, largestPacket: 1500))
+        // A limit below the MTU: one packet at a time while no IP data is queued.
+        #expect(queue.sourceMayRead(limit: 4096, largestPacket: 16384))
+        // Echo-Replies up to the limit and beyond (the control reserve), no IP data.
+        while queue.count < 4096 + 100 {
+            queue.append(control: encoder.encode(protocol: ProtocolNumber.lcp, information: [10, 1, 0, 8] + [UInt8](repeating: 0, count: 600)))
+        }
+        #expect(queue.dataCount == 0)
+        #expect(!queue.sourceMayRead(limit: 4096, largestPacket: 1500))
+        #expect(!queue.sourceMayRead(limit: 4096, largestPacket: 16384))
+        // With IP data queued, a read needs room for the largest packet.
+        var data = LineOutputQueue()
+        data.append(dataFrame: encoder.encode(protocol: ProtocolNumber.ipv4, information: [UInt8](repeating: 1, count: 3000)))
+        #expect(!data.sourceMayRead(limit: 4096, largestPacket: 1500))
+        #expect(data.sourceMayRead(limit: 8192, largestPacket: 1500))
+    }
+
+    /// IP data of flag bytes doubles on the line; control frames still fit in their reserve.
+    @Test func escapedIPDataDoesNotCrowdOutControlFrames() {
+        let encoder = HDLCEncoder()
+        var queue = LineOutputQueue()
+        for _ in 0..<12 {
+            queue.append(dataFrame: encoder.encode(protocol: ProtocolNumber.ipv4, information: [UInt8](repeating: 0x7E, count: 1000)))
+        }
+        // Past the limit and the reserve together: the whole queue would leave no room.
+        #expect(queue.dataCount > 4096 + 16 * 1024)
+        #expect(queue.controlFits(1000, limit: 4096, reserve: 16 * 1024))
+        queue.append(control: [UInt8](repeating: 0x7E, count: 16 * 1024))
+        #expect(!queue.controlFits(1000, limit: 4096, reserve: 16 * 1024))
+    }
+
     @Test func aControlFrameQueuedBehindIPDataIsWrittenFirstButNeverInsideAFrameBegun() throws {
         let encoder = HDLCEncoder()
         let ip = (0..<3).map { i in encoder.encode(protocol: ProtocolNumber.ipv4, information: [UInt8](repeating: UInt8(i), count: 1000)) }
