@@ -176,8 +176,18 @@ final class Bridges: StackApplication {
                     HostSocket.closeWithReset(fd)
                     continue
                 }
-                guard let host, let id = try? host.connect(to: terminal, for: self, now: now) else {
+                guard let host else {
                     b.counters.value.failures += 1
+                    relays.lastFailure = "the link is not up"
+                    HostSocket.closeWithReset(fd)
+                    continue
+                }
+                let id: ConnectionID
+                do {
+                    id = try host.connect(to: terminal, for: self, now: now)
+                } catch {
+                    b.counters.value.failures += 1
+                    relays.lastFailure = "our stack did not connect: \(error)"
                     HostSocket.closeWithReset(fd)
                     continue
                 }
@@ -209,6 +219,7 @@ final class Bridges: StackApplication {
                 relays.add(Relay(id: id, fd: fd, counters: b.counters, hostConnected: false, stackEstablished: true))
             } catch {
                 b.counters.value.failures += 1
+                relays.lastFailure = "host \(error)"
                 host.stack?.abort(id, now: now)
             }
         }
@@ -222,5 +233,6 @@ final class Bridges: StackApplication {
             let t = b.counters.value
             return "bridge \(b.spec): connections \(t.connections) (\(t.active) open), to terminal \(t.bytesToTerminal) B, to host \(t.bytesToHost) B, failures \(t.failures), refused at the limit of \(connectionLimit) \(t.refused)"
         } + (acceptBackoffs > 0 ? ["bridges: accept ran out of descriptors \(acceptBackoffs) times"] : [])
+            + (relays.lastFailure.map { ["bridges: the last connection that failed: \($0)"] } ?? [])
     }
 }

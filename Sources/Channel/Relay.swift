@@ -70,6 +70,8 @@ final class RelayTable {
     private(set) var relays: [ConnectionID: Relay] = [:]
     private var dirty: Set<ConnectionID> = []
     private var buffer = [UInt8](repeating: 0, count: 65536)
+    /// Why the last relay that failed did: what a report shows beside the count.
+    var lastFailure: String?
 
     init(loop: EventLoop) { self.loop = loop }
 
@@ -81,7 +83,7 @@ final class RelayTable {
         do {
             try watch(r)
         } catch {
-            fail(r, now: loop.now)
+            fail(r, "host socket not watched: \(error)", now: loop.now)
             return
         }
         dirty.insert(r.id)
@@ -103,6 +105,7 @@ final class RelayTable {
             } else {
                 // A reset or timeout is passed on to the host as a reset; the stack may let go.
                 r.counters.value.failures += 1
+                lastFailure = "terminal side: \(reason.rawValue)"
                 host?.stack?.abort(id, now: nil)
                 remove(r, reset: true)
             }
@@ -143,12 +146,12 @@ final class RelayTable {
             }
             r.hostConnected = true
             if r.onHostConnected?(r) == false {
-                fail(r, now: now)
+                fail(r, "refused once connected", now: now)
                 return
             }
         }
-        if events & EPOLLERR.rawValue != 0 && HostSocket.pendingError(r.fd) != 0 {
-            fail(r, now: now)
+        if events & EPOLLERR.rawValue != 0, case let e = HostSocket.pendingError(r.fd), e != 0 {
+            fail(r, "host socket: \(SystemError("connection", errno: e))", now: now)
             return
         }
         if events & (EPOLLIN.rawValue | EPOLLHUP.rawValue) != 0 { readHost(r, now: now) }
@@ -175,7 +178,7 @@ final class RelayTable {
                 host.stack!.shutdownWrite(r.id, now: now)
             } else {
                 if errno == EAGAIN || errno == EWOULDBLOCK { return }
-                fail(r, now: now)
+                fail(r, "host \(SystemError("read", errno: errno))", now: now)
                 return
             }
         }
@@ -191,7 +194,7 @@ final class RelayTable {
                         r.toHostStart += n
                         r.counters.value.bytesToHost += n
                     } catch {
-                        fail(r, now: now)
+                        fail(r, "host send: \(error)", now: now)
                         return
                     }
                     if r.pendingToHost > 0 { break }
@@ -238,7 +241,7 @@ final class RelayTable {
             r.interest = 0
         } else if !r.watched {
             r.interest = want
-            do { try watch(r) } catch { fail(r, now: now) }
+            do { try watch(r) } catch { fail(r, "host socket not watched: \(error)", now: now) }
         } else if want != r.interest {
             r.interest = want
             loop.setInterest(r.fd, want)
@@ -263,8 +266,9 @@ final class RelayTable {
     }
 
     /// The host side failed: reset both.
-    private func fail(_ r: Relay, now: Instant) {
+    private func fail(_ r: Relay, _ why: String, now: Instant) {
         r.counters.value.failures += 1
+        lastFailure = why
         host?.stack?.abort(r.id, now: now)
         remove(r, reset: true)
     }

@@ -148,6 +148,7 @@ public final class SerialLine {
         closed = true
         Glibc.close(descriptor)
         if heldPeer >= 0 { Glibc.close(heldPeer) }
+        heldPeer = -1
         // Only our own link: another line may have taken the name over since.
         if let symlinkPath, let peerPath {
             var target = [CChar](repeating: 0, count: 256)

@@ -584,7 +584,8 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         return ["socks on port \(configuration.port): connections \(t.connections) (\(t.active) open), refused \(refusals)"
             + " (\(policyRefusals) by the destination rules\(unlogged), \(lookupRefusals) with too many lookups running),"
             + " handshakes timed out \(handshakeTimeouts)\(held),"
-            + " to terminal \(t.bytesToTerminal) B, to host \(t.bytesToHost) B"]
+            + " to terminal \(t.bytesToTerminal) B, to host \(t.bytesToHost) B, failures \(t.failures)"
+            + (relays.lastFailure.map { " (the last: \($0))" } ?? "")]
     }
 }
 

@@ -141,7 +141,11 @@ public final class LoopbackServer: @unchecked Sendable {
         Thread.detachNewThread { [self] in acceptLoop() }
     }
 
+    /// The accept thread owns the listener and alone closes it, once `accept` fails (`stop`
+    /// shuts it down): a close from `stop` could race an `accept` on a number another test's
+    /// socket or pty has been given meanwhile.
     private func acceptLoop() {
+        defer { close(listener) }
         while true {
             let c = accept(listener, nil, nil)
             if c < 0 {
@@ -151,7 +155,7 @@ public final class LoopbackServer: @unchecked Sendable {
             lock.lock()
             accepted += 1
             let done = stopped
-            if mode == .hold { held.append(c) }
+            if mode == .hold && !done { held.append(c) }
             lock.unlock()
             if done { close(c); return }
             if mode == .echo {
@@ -167,14 +171,20 @@ public final class LoopbackServer: @unchecked Sendable {
 
     public var acceptedCount: Int { lock.lock(); defer { lock.unlock() }; return accepted }
 
+    /// Stops accepting and closes the held clients; a second call does nothing (closing twice
+    /// would close whatever another test opened under the same number).
     public func stop() {
         lock.lock()
+        guard !stopped else {
+            lock.unlock()
+            return
+        }
         stopped = true
         let h = held
         held = []
         lock.unlock()
+        // Wakes the accept thread, which closes the listener.
         shutdown(listener, Int32(SHUT_RDWR))
-        close(listener)
         // Read what the clients sent first: closing with unread data would reset them.
         var sink = [UInt8](repeating: 0, count: 65536)
         for c in h {

@@ -109,6 +109,10 @@ struct ChannelTests {
             return all
         }
         #expect(results.count == 25 && results.allSatisfy { $0 })
+        if !results.allSatisfy({ $0 }) {
+            for l in rig.channel.report() { print("channel:", l) }
+            for l in rig.terminal.report() { print("terminal:", l) }
+        }
         let traffic = try #require(rig.channel.bridgeStatus.first?.traffic)
         #expect(traffic.connections == 25 && traffic.failures == 0)
         #expect(traffic.bytesToTerminal == (0..<25).reduce(0) { $0 + 40_000 + $1 * 997 })
