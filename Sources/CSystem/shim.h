@@ -85,3 +85,13 @@ static inline int pppbridge_if_configure(const char *name, uint32_t local, uint3
 /* Host sockets: accept4 is a GNU extension the Glibc module leaves out. */
 struct sockaddr;
 int accept4(int sockfd, struct sockaddr *addr, socklen_t *addrlen, int flags);
+
+/* The user ID of the process at the other end of a Unix socket (SO_PEERCRED); struct ucred
+   itself needs _GNU_SOURCE, so its layout (pid, uid, gid) is spelled out here. -1 on error. */
+static inline int pppbridge_peer_uid(int fd, unsigned int *uid) {
+    struct { int pid; unsigned int uid; unsigned int gid; } cred;
+    socklen_t length = sizeof cred;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length) < 0) return -1;
+    *uid = cred.uid;
+    return 0;
+}

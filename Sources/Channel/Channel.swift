@@ -181,6 +181,7 @@ public final class Channel: @unchecked Sendable {
     private var session: LinkSession?
     private var attachment: StackAttachment?
     private var bridges: Bridges?
+    private var terminalStreams: TerminalStreams?
     private var socks: SocksProxy?
     private var addresses: ChannelAddresses?
     private var reopenRequested = false
@@ -367,6 +368,9 @@ public final class Channel: @unchecked Sendable {
         let bridges = Bridges(loop: loop, connectionLimit: configuration.bridgeConnectionLimit)
         bridges.log = { [weak self] in self?.log($0) }
         attachment.add(bridges)
+        let streams = TerminalStreams(loop: loop)
+        attachment.add(streams)
+        terminalStreams = streams
         if let s = configuration.socks {
             let proxy = SocksProxy(configuration: s, loop: loop)
             proxy.keepAlive = configuration.keepAlive
@@ -399,6 +403,7 @@ public final class Channel: @unchecked Sendable {
             self.session = nil
             self.attachment = nil
             self.bridges = nil
+            terminalStreams = nil
             socks = nil
             line.close()
             state = .closed
@@ -450,6 +455,7 @@ public final class Channel: @unchecked Sendable {
         session = nil
         attachment = nil
         bridges = nil
+        terminalStreams = nil
         socks = nil
         addresses = nil
         state = .closed
@@ -468,6 +474,17 @@ public final class Channel: @unchecked Sendable {
         let waiters = openWaiters
         openWaiters = []
         for w in waiters { w(result) }
+    }
+
+    // MARK: Streams inside the process
+
+    /// Opens a TCP connection from our stack to `port` on the terminal, held inside the process
+    /// (see `TerminalStream`): what a program on the host uses when the terminal's port is for it
+    /// alone and must not be offered to every local process as a bridge would. Call on the loop's
+    /// thread while the channel is open; the stream ends (`onClose`) when the link goes down.
+    public func openTerminalStream(port: UInt16) throws(TerminalStreamError) -> TerminalStream {
+        guard state == .open, let terminalStreams else { throw .notOpen }
+        return try terminalStreams.open(port: port, now: loop.now)
     }
 
     // MARK: Properties (ICPPP's, valid after did-open)

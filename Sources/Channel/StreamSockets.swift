@@ -55,15 +55,21 @@ public final class StreamConnection {
 
     public var isOpen: Bool { !closed }
 
+    /// Bytes sent but not yet taken by the socket (a peer that does not read lets them grow).
+    public var queuedBytes: Int { outgoing.count }
+
     public func send(_ bytes: [UInt8]) {
         guard !closed else { return }
         outgoing += bytes
         if !connecting { flush() }
+        // The flush may have ended the connection (and its descriptor number is free again).
+        guard !closed else { return }
         loop.setInterest(descriptor, interest)
     }
 
     /// Half-closes once everything queued has been sent.
     public func shutdownWrite() {
+        guard !closed else { return }
         writeShutdownPending = true
         if outgoing.isEmpty && !connecting { finishWriting() }
     }
@@ -158,7 +164,10 @@ public final class StreamConnection {
 public final class StreamListener {
     public let loop: EventLoop
     public let descriptor: Int32
-    public let endpoint: TCPEndpoint
+    /// The TCP address it listens on; nil for a Unix socket.
+    public let endpoint: TCPEndpoint?
+    /// The Unix socket's path; nil for TCP.
+    public let path: String?
     private var onAccept: ((StreamConnection) -> Void)?
     private var closed = false
     private var backoff = AcceptBackoff()
@@ -172,6 +181,7 @@ public final class StreamListener {
         self.loop = loop
         descriptor = fd
         self.endpoint = HostSocket.localEndpoint(fd) ?? endpoint
+        path = nil
         self.onAccept = onAccept
         do throws(SystemError) {
             try loop.register(fd, events: EPOLLIN.rawValue) { [weak self] _ in self?.acceptAll() }
@@ -181,9 +191,28 @@ public final class StreamListener {
         }
     }
 
+    /// Listens on a Unix socket at `path`, mode `mode` (see `UnixSocket.listen`); the file is
+    /// removed on `close`. Clients of another user (not root) are closed at once.
+    public init(unixPath: String, mode: mode_t = 0o600, loop: EventLoop, onAccept: @escaping (StreamConnection) -> Void) throws(SystemError) {
+        let fd = try UnixSocket.listen(at: unixPath, mode: mode)
+        self.loop = loop
+        descriptor = fd
+        endpoint = nil
+        path = unixPath
+        self.onAccept = onAccept
+        do throws(SystemError) {
+            try loop.register(fd, events: EPOLLIN.rawValue) { [weak self] _ in self?.acceptAll() }
+        } catch {
+            Glibc.close(fd)
+            unlink(unixPath)
+            throw error
+        }
+    }
+
     private func acceptAll() {
         while !closed {
-            switch HostSocket.accept(descriptor) {
+            let next = path == nil ? HostSocket.accept(descriptor) : UnixSocket.accept(descriptor)
+            switch next {
             case .none:
                 return
             case .outOfResources:
@@ -198,7 +227,11 @@ public final class StreamListener {
                 return
             case let .client(fd, peer):
                 backoff.succeeded()
-                let c = StreamConnection(loop: loop, descriptor: fd, peer: peer, connecting: false)
+                if path != nil, let uid = UnixSocket.peerUser(fd), uid != getuid(), uid != 0 {
+                    Glibc.close(fd)
+                    continue
+                }
+                let c = StreamConnection(loop: loop, descriptor: fd, peer: path == nil ? peer : nil, connecting: false)
                 do throws(SystemError) { try c.register() } catch {
                     Glibc.close(fd)
                     continue
@@ -215,6 +248,7 @@ public final class StreamListener {
         backoffTimer = nil
         loop.unregister(descriptor)
         Glibc.close(descriptor)
+        if let path { unlink(path) }
         onAccept = nil
     }
 }

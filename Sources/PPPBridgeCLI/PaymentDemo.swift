@@ -37,7 +37,7 @@ enum PaymentDemo {
         }
         let directory = String(cString: made)
         defer {
-            for name in ["SIM-00000001", "SIM-00000001.advert", "payment.pcap"] { unlink(directory + "/" + name) }
+            for name in ["SIM-00000001", "SIM-00000001.advert", "payment.pcap", "control"] { unlink(directory + "/" + name) }
             rmdir(directory)
         }
         let capture = pcap.map { p in p.hasSuffix(".pcap") ? String(p.dropLast(5)) + "-payment.pcap" : p + "-payment" } ?? directory + "/payment.pcap"
@@ -50,9 +50,10 @@ enum PaymentDemo {
             defer { gateway.stop() }
             var t = TerminalSimulator.Configuration(linkPath: directory + "/SIM-00000001", gateway: gateway.endpoint!)
             t.rssi = -42
+            t.controlPath = directory + "/control"
             let terminal = TerminalSimulator(configuration: t, loop: deviceLoop)
             try terminal.start()
-            let pad = try TerminalControl(port: terminal.controlEndpoint!.port)
+            let pad = try TerminalControl(path: terminal.controlPath!)
             output("payment: gateway simulator on \(gateway.endpoint!), terminal simulator SIM-00000001 on a pty in \(directory)")
 
             let reader = PaymentReader(loop: hostLoop)

@@ -46,8 +46,8 @@ struct GatewayCommand {
     var error: (String) -> Void
 
     static let usage = """
-    usage: pppbridge gateway [--port N] [--offer-update VERSION [--required] [--update-size N]
-                             [--signing-key FILE]]
+    usage: pppbridge gateway [--port N] [--merchant LICENCE:USER:PASSWORD]...
+                             [--offer-update VERSION [--required] [--update-size N] [--signing-key FILE]]
 
     The payment gateway simulator on 127.0.0.1 (test keys; deterministic rules: amounts ending
     in 05 decline, 51 insufficient funds, 91 no answer; wrong PIN 55; expired card 54): merchant
@@ -56,6 +56,13 @@ struct GatewayCommand {
     Prints what it decides until SIGINT/SIGTERM.
 
       --port N             listen on 127.0.0.1:N (default 0: a free port, printed)
+      --merchant L:U:P     another merchant beside the default (any LIC-TEST- licence, user
+                           merchant, password secret, MerchantID 999008881): logins naming licence
+                           L, user U and password P (the rest of the argument, colons included).
+                           Each gets the next MerchantID (999008882, ...), printed. Operations
+                           are kept per merchant: one merchant's session cannot refund, reverse,
+                           sign or look up another's (3008). Visible to local users in ps: a
+                           simulator's credentials, not real ones
       --offer-update V     offer version V (a random image, signed with Ed25519)
       --required           the update is required (installed during connect)
       --update-size N      the image's size in bytes (default 65536)
@@ -65,6 +72,7 @@ struct GatewayCommand {
 
     func run(_ arguments: [String]) -> Int32 {
         var port: UInt16 = 0, version: String?, required = false, size = 65536, keyFile: String?
+        var merchants = [GatewayCore.Merchant.standard]
         var it = ArgumentCursor(arguments)
         while let a = it.next() {
             switch a {
@@ -77,6 +85,14 @@ struct GatewayCommand {
             case "--offer-update":
                 guard let v = it.next(), UpdateOffer.isVersion(v) else { error("pppbridge gateway: --offer-update needs a version of dotted digits"); return 2 }
                 version = v
+            case "--merchant":
+                guard let v = it.next() else { error("pppbridge gateway: --merchant needs LICENCE:USER:PASSWORD"); return 2 }
+                switch GatewayCommand.merchant(v, number: merchants.count, existing: merchants) {
+                case .success(let m): merchants.append(m)
+                case .failure(let e):
+                    error("pppbridge gateway: --merchant: \(e.text)")
+                    return 2
+                }
             case "--required": required = true
             case "--update-size":
                 guard let v = it.next(), let n = Int(v), (1...(64 << 20)).contains(n) else { error("pppbridge gateway: --update-size takes 1 B to 64 MiB"); return 2 }
@@ -90,6 +106,8 @@ struct GatewayCommand {
             }
         }
         var configuration = GatewayCore.Configuration.testKeys
+        configuration.merchants = merchants
+        for m in merchants.dropFirst() { output("gateway: merchant \(PeerText.escaped(m.user)) (\(PeerText.escaped(m.licence ?? ""))) has MerchantID \(m.merchantID)") }
         if let version {
             do {
                 let key = try GatewayCommand.signingKey(keyFile)
@@ -122,6 +140,22 @@ struct GatewayCommand {
         }, stop: {
             server?.stop()
         })
+    }
+
+    struct MerchantError: Error { var text: String }
+
+    /// `LICENCE:USER:PASSWORD` as the `number`th merchant (MerchantID 999008881 + number).
+    static func merchant(_ spec: String, number: Int, existing: [GatewayCore.Merchant]) -> Result<GatewayCore.Merchant, MerchantError> {
+        let parts = spec.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false).map(String.init)
+        guard parts.count == 3, !parts[1].isEmpty, !parts[2].isEmpty else { return .failure(MerchantError(text: "give LICENCE:USER:PASSWORD")) }
+        guard parts[0].hasPrefix("LIC-TEST-"), parts[0].utf8.count <= 64 else {
+            return .failure(MerchantError(text: "the simulator takes test licences only (LIC-TEST-...)"))
+        }
+        guard !existing.contains(where: { $0.user == parts[1] && ($0.licence == nil || $0.licence == parts[0]) }) else {
+            return .failure(MerchantError(text: "user \(PeerText.escaped(parts[1])) already logs in with that licence"))
+        }
+        guard number < 1000 else { return .failure(MerchantError(text: "at most 1000 merchants")) }
+        return .success(GatewayCore.Merchant(licence: parts[0], user: parts[1], password: parts[2], merchantID: String(999_008_881 + number)))
     }
 
     /// The signing key from `file` (hex), created there when missing; a fresh one without a file.
@@ -160,14 +194,19 @@ struct TerminalCommand {
     A simulated payment terminal as a real program: our stack in the terminal role on a pty
     (the far end of the PPP link), the reader protocol on its reader port, the gateway reached
     through the host's SOCKS proxy, test keys (AES DUKPT). It advertises itself beside its line
-    for discovery, and takes cards and PINs through a JSON-lines control socket on 127.0.0.1
-    (`pppbridge control`). Runs until SIGINT/SIGTERM.
+    for discovery, and takes cards and PINs through a JSON-lines control socket, a Unix socket
+    of mode 0600 in the runtime directory (`pppbridge control`). Its KSN counter is kept in a
+    state file (mode 0600) so that a restart goes on counting. A pairing's passkey is printed
+    here, as the terminal's display would show it. Runs until SIGINT/SIGTERM.
 
       --link PATH          where to link the pty (default \(ReaderLines.defaultDirectory)/SERIAL)
       --gateway ADDR:PORT  the gateway, as the host's proxy should reach it (required)
       --serial S           serial number (default SIM-00000001)
       --reader-port N      the reader protocol's port inside the link (default 6000)
-      --control-port N     the control socket's port on 127.0.0.1 (default: a free one, printed)
+      --control PATH       the control socket (default $XDG_RUNTIME_DIR/pppbridge/terminal-SERIAL.control,
+                           printed as `control on PATH`)
+      --state FILE         the KSN counter's state file (default beside the control socket:
+                           terminal-SERIAL.state)
       --rssi DBM|wired     the advertised signal strength (default -48)
       --battery F          battery level 0...1 (default 0.82)
       --requires-pairing   hosts must pair before they log in
@@ -177,7 +216,7 @@ struct TerminalCommand {
     """
 
     func run(_ arguments: [String]) -> Int32 {
-        var link: String?, gateway: TCPEndpoint?, serial = "SIM-00000001", readerPort: UInt16 = 6000, controlPort: UInt16 = 0
+        var link: String?, gateway: TCPEndpoint?, serial = "SIM-00000001", readerPort: UInt16 = 6000, controlPath: String?, statePath: String?
         var rssi: Int? = -48, battery = 0.82, pairing = false, updateKey: [UInt8] = [], card: (String, String?)?
         var it = ArgumentCursor(arguments)
         while let a = it.next() {
@@ -197,9 +236,12 @@ struct TerminalCommand {
             case "--reader-port":
                 guard let v = it.next(), let n = UInt16(v), n > 0 else { error("pppbridge terminal: --reader-port takes a port"); return 2 }
                 readerPort = n
-            case "--control-port":
-                guard let v = it.next(), let n = UInt16(v) else { error("pppbridge terminal: --control-port takes a port"); return 2 }
-                controlPort = n
+            case "--control":
+                guard let v = it.next(), !v.isEmpty else { error("pppbridge terminal: --control needs a path"); return 2 }
+                controlPath = v
+            case "--state":
+                guard let v = it.next(), !v.isEmpty else { error("pppbridge terminal: --state needs a file"); return 2 }
+                statePath = v
             case "--rssi":
                 guard let v = it.next() else { error("pppbridge terminal: --rssi takes dBm or wired"); return 2 }
                 if v == "wired" { rssi = nil } else {
@@ -238,7 +280,14 @@ struct TerminalCommand {
         c.core.requiresPairing = pairing
         c.core.updatePublicKey = updateKey
         c.readerPort = readerPort
-        c.controlPort = controlPort
+        c.controlPath = controlPath
+        if statePath == nil {
+            do { statePath = try UnixSocket.runtimeDirectory() + "/terminal-\(serial).state" } catch let e {
+                error("pppbridge terminal: \(e)")
+                return 1
+            }
+        }
+        c.statePath = statePath
         c.rssi = rssi
         nonisolated(unsafe) var simulator: TerminalSimulator?
         nonisolated(unsafe) var pad: TerminalControl?
@@ -248,8 +297,9 @@ struct TerminalCommand {
             let s = TerminalSimulator(configuration: configuration, loop: loop)
             try s.start()
             simulator = s
-            out("terminal: \(serial) on \(path) (reader port \(readerPort)), control on \(s.controlEndpoint!)")
-            if card != nil { pad = try TerminalControl(port: s.controlEndpoint!.port) }
+            out("terminal: \(serial) on \(path) (reader port \(readerPort)), control on \(s.controlPath ?? "?")")
+            if let state = s.statePath { out("terminal: KSN counter \(s.loop.sync { s.core.security.counter }) kept in \(state)") }
+            if card != nil, let controlPath = s.controlPath { pad = try TerminalControl(path: controlPath) }
         }, tick: {
             guard let s = simulator else { return }
             let journal = s.loop.sync { s.core.trace }
@@ -276,10 +326,10 @@ struct ControlCommand {
     var error: (String) -> Void
 
     static let usage = """
-    usage: pppbridge control PORT JSON
+    usage: pppbridge control PATH JSON
 
-    Sends one command to a terminal simulator's control socket (127.0.0.1:PORT) and prints the
-    answer. Commands: {"cmd":"status"}, {"cmd":"presentCard","pan":"4111111111111111",
+    Sends one command to a terminal simulator's control socket (the Unix socket it printed as
+    `control on PATH`; mode 0600, so only its user reaches it) and prints the answer. Commands: {"cmd":"status"}, {"cmd":"presentCard","pan":"4111111111111111",
     "pin":"1234","cvm":"OnlinePIN"|"Signature"|"NoCVM","entry":"ICC"|"MagStripe"|"Contactless"},
     {"cmd":"enterPin","pin":"1234"}, {"cmd":"pressCancel"}, {"cmd":"removeCard"},
     {"cmd":"setBattery","level":0.04}, {"cmd":"setRSSI","rssi":-40}, {"cmd":"dropLink",
@@ -292,12 +342,12 @@ struct ControlCommand {
             output(ControlCommand.usage)
             return 0
         }
-        guard arguments.count == 2, let port = UInt16(arguments[0]), let command = try? JSONParser.parse(Array(arguments[1].utf8)) else {
-            error("pppbridge control: expected PORT and a JSON object (see `pppbridge control --help`)")
+        guard arguments.count == 2, !arguments[0].isEmpty, let command = try? JSONParser.parse(Array(arguments[1].utf8)) else {
+            error("pppbridge control: expected PATH and a JSON object (see `pppbridge control --help`)")
             return 2
         }
         do {
-            let answer = try TerminalControl(port: port).send(command)
+            let answer = try TerminalControl(path: arguments[0]).send(command)
             output(answer.text)
             return answer["ok"]?.bool == true ? 0 : 1
         } catch {

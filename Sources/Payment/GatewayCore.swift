@@ -7,14 +7,35 @@ import NetStack
 /// before decrypting, deciphers the PIN block, decides by deterministic rules and MACs its answer
 /// so that nothing between it and the terminal can forge an approval.
 public final class GatewayCore: @unchecked Sendable {
+    /// A merchant the gateway knows: the credentials its Login takes and the identity every
+    /// operation of its sessions is kept under.
+    public struct Merchant: Sendable, Equatable {
+        /// The licence its logins must name; nil: any test licence (`LIC-TEST-…`).
+        public var licence: String?
+        public var user: String
+        public var password: String
+        /// Nine digits (specification §4.10).
+        public var merchantID: String
+        public var terminalID: String
+
+        public init(licence: String?, user: String, password: String, merchantID: String, terminalID: String = "001") {
+            self.licence = licence
+            self.user = user
+            self.password = password
+            self.merchantID = merchantID
+            self.terminalID = terminalID
+        }
+
+        /// The merchant every gateway knows unless told otherwise: `merchant`/`secret`.
+        public static let standard = Merchant(licence: nil, user: "merchant", password: "secret", merchantID: "999008881")
+    }
+
     public struct Configuration: Sendable {
         /// AES BDKs by BDK ID (the KSN's first 4 bytes, hex).
         public var bdks: [String: [UInt8]]
-        public var merchantID = "999008881"
-        public var terminalID = "001"
         public var currencies = Currency.known.map(\.numeric)
-        /// Merchant credentials for Login.
-        public var users: [String: String] = ["merchant": "secret"]
+        /// Who may log in, and under which merchant ID their operations are kept.
+        public var merchants: [Merchant] = [.standard]
         /// The PIN of each test card; cards not listed have `defaultPIN`.
         public var pins: [String: String] = [:]
         public var defaultPIN = "1234"
@@ -29,6 +50,8 @@ public final class GatewayCore: @unchecked Sendable {
     }
 
     struct Operation {
+        /// The merchant whose session asked for it: only that merchant's sessions may refund,
+        /// reverse, sign or look it up.
         var merchantID: String
         var transactionID: String
         var amount: Int64
@@ -48,10 +71,17 @@ public final class GatewayCore: @unchecked Sendable {
     private(set) var initialKeys = RecentMap<String, [UInt8]>(capacity: 1024)
     private var lastCounter: [String: UInt32] = [:]
     private var operations: [String: Operation] = [:]
-    private var approvalSequence: [String: Int] = [:]
-    private var operationSequence = 0
+    /// Approval codes given so far, per merchant: a new one is drawn until it is unused.
+    private var approvalCodes: [String: Set<String>] = [:]
+    struct Session: Sendable {
+        var merchantID: String
+        var expires: WallTime
+    }
     /// Merchant sessions by token: expired ones are pruned at each login, and at most 1024 live.
-    private(set) var sessions = RecentMap<String, WallTime>(capacity: 1024)
+    private(set) var sessions = RecentMap<String, Session>(capacity: 1024)
+    /// Session tokens, operation IDs and approval codes are drawn from this (production: OpenSSL's
+    /// CSPRNG). A failure is an error answer, never an empty or predictable value.
+    private let random: @Sendable (Int) throws -> [UInt8]
     /// What happened, one line per request (no card data, no keys; peer text escaped): the most
     /// recent 1000 lines, and how many there were.
     public private(set) var journal = RecentLines()
@@ -60,7 +90,10 @@ public final class GatewayCore: @unchecked Sendable {
 
     public var log: [String] { journal.lines }
 
-    public init(configuration: Configuration) { self.configuration = configuration }
+    public init(configuration: Configuration, random: @escaping @Sendable (Int) throws -> [UInt8] = { try SecureBytes.random($0) }) {
+        self.configuration = configuration
+        self.random = random
+    }
 
     /// Peer text as it may appear in a log line or an error reason: escaped and cut short.
     static func quoted(_ s: String) -> String { PeerText.escaped(s, limit: 64) }
@@ -83,8 +116,9 @@ public final class GatewayCore: @unchecked Sendable {
         switch type {
         case "Login": answer = login(request, now: now)
         case "Authorise": answer = authorise(request, now: now)
-        case "Reverse": answer = reverse(request)
+        case "Reverse": answer = reverse(request, now: now)
         case "Signature": answer = signature(request, now: now)
+        case "Status": answer = status(request, now: now)
         case "Ping": answer = ["Type": "Pong"]
         case "UpdateCheck": answer = updateCheck(request)
         case "UpdateChunk": answer = updateChunk(request)
@@ -107,17 +141,68 @@ public final class GatewayCore: @unchecked Sendable {
         guard licence.hasPrefix("LIC-TEST-"), environment != "real" else {
             return error("3004", "licence not valid for \(environment)", type: "LoginResult")
         }
-        guard let user = r["User"]?.string, configuration.users[user] == r["Password"]?.string else {
-            return error("3005", "bad credentials", type: "LoginResult")
+        let user = r["User"]?.string ?? "", password = r["Password"]?.string ?? ""
+        // Every merchant's password is compared, in constant time, whoever the user is: neither
+        // the answer nor its timing says which users exist or how much of a password matched.
+        var found: Merchant?
+        for m in configuration.merchants {
+            let userMatches = SecureBytes.equal(Array(m.user.utf8), Array(user.utf8))
+            let passwordMatches = SecureBytes.equal(Array(m.password.utf8), Array(password.utf8))
+            if userMatches && passwordMatches && (m.licence == nil || m.licence == licence) && found == nil { found = m }
         }
-        let token = Hex.encode((try? SecureBytes.random(16)) ?? [])
+        guard let merchant = found else { return error("3005", "bad credentials", type: "LoginResult") }
+        guard let tokenBytes = try? random(16), tokenBytes.count == 16 else {
+            return error("5001", "no random bytes for a session token", type: "LoginResult")
+        }
+        let token = Hex.encode(tokenBytes)
         let expires = now.adding(configuration.sessionLifetime)
-        sessions.remove { $1 <= now }
-        sessions.insert(token, expires)
-        journal.append("Login \(GatewayCore.quoted(user)) ok")
-        return ["Type": "LoginResult", "Result": "ok", "SessionToken": .string(token), "MerchantID": .string(configuration.merchantID),
-                "TerminalID": .string(configuration.terminalID), "Currencies": .array(configuration.currencies.map { .string($0) }),
+        sessions.remove { $1.expires <= now }
+        sessions.insert(token, Session(merchantID: merchant.merchantID, expires: expires))
+        journal.append("Login \(GatewayCore.quoted(user)) ok (merchant \(merchant.merchantID))")
+        return ["Type": "LoginResult", "Result": "ok", "SessionToken": .string(token), "MerchantID": .string(merchant.merchantID),
+                "TerminalID": .string(merchant.terminalID), "Currencies": .array(configuration.currencies.map { .string($0) }),
                 "ExpiresAt": .string(expires.description)]
+    }
+
+    /// The merchant of the live session `r` names (its `SessionToken`), if any.
+    func merchant(of r: JSONValue, now: WallTime) -> String? {
+        guard let token = r["SessionToken"]?.string, let session = sessions[token], now < session.expires else { return nil }
+        return session.merchantID
+    }
+
+    /// `count` random bytes, or nil when the random source failed (counted in the journal).
+    private func randomBytes(_ count: Int) -> [UInt8]? {
+        guard let b = try? random(count), b.count == count else {
+            journal.append("random source failed")
+            return nil
+        }
+        return b
+    }
+
+    /// A new operation ID: `OP-` and 16 random hex digits, unused so far.
+    func newOperationID() -> String? {
+        for _ in 0..<8 {
+            guard let b = randomBytes(8) else { return nil }
+            let id = "OP-" + Hex.encode(b)
+            if operations[id] == nil { return id }
+        }
+        return nil
+    }
+
+    /// A new approval code for `merchant`: six random digits it has not been given before.
+    func newApprovalCode(for merchant: String) -> String? {
+        let used = approvalCodes[merchant] ?? []
+        // A merchant with most codes taken would loop long: the space is a million.
+        guard used.count < 500_000 else { return nil }
+        for _ in 0..<64 {
+            guard let b = randomBytes(4) else { return nil }
+            let v = b.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+            // Rejection sampling: values in the top partial range would favour low codes.
+            guard v < 4_294_000_000 else { continue }
+            let code = sixDigits(Int(v % 1_000_000))
+            if !used.contains(code) { return code }
+        }
+        return nil
     }
 
     // MARK: Keys
@@ -152,7 +237,7 @@ public final class GatewayCore: @unchecked Sendable {
 
     /// The checks every MACed request passes, in order: KSN form, known BDK, valid and fresh
     /// counter, MAC (constant time). Only then is the counter recorded.
-    func verify(_ r: JSONValue, canonical: String, type: String) -> Result<Keys, Refusal> {
+    func verify(_ r: JSONValue, canonical: [UInt8], type: String) -> Result<Keys, Refusal> {
         let keys: Keys
         do { keys = try self.keys(for: r["KSN"]?.string ?? "") } catch {
             switch error {
@@ -166,7 +251,7 @@ public final class GatewayCore: @unchecked Sendable {
             return .failure(Refusal(code: "4002", reason: "counter \(keys.ksn.counter) not above \(last) (replay)"))
         }
         guard let mac = r["MAC"]?.string.flatMap(Hex.decode), mac.count == 16,
-              let expected = try? MessageAuthentication.aesCMAC(key: keys.macGeneration, Array(canonical.utf8)),
+              let expected = try? MessageAuthentication.aesCMAC(key: keys.macGeneration, canonical),
               SecureBytes.equal(mac, expected) else {
             return .failure(Refusal(code: "4001", reason: "\(type) MAC does not verify"))
         }
@@ -177,8 +262,8 @@ public final class GatewayCore: @unchecked Sendable {
 
     struct Refusal: Error { var code: String; var reason: String }
 
-    func mac(_ message: JSONValue, _ canonical: String, key: [UInt8]) -> JSONValue {
-        let tag = (try? MessageAuthentication.aesCMAC(key: key, Array(canonical.utf8))) ?? []
+    func mac(_ message: JSONValue, _ canonical: [UInt8], key: [UInt8]) -> JSONValue {
+        let tag = (try? MessageAuthentication.aesCMAC(key: key, canonical)) ?? []
         return message.setting("MAC", .string(Hex.encode(tag)))
     }
 
@@ -192,6 +277,12 @@ public final class GatewayCore: @unchecked Sendable {
         case .success(let k): keys = k
         }
         func field(_ n: String) -> String { GatewayCanonical.field(r, n) }
+        // The terminal's key says which terminal asks; the merchant session it carries says for
+        // whom. Operations are kept under that merchant and no other may touch them.
+        guard let merchant = merchant(of: r, now: now) else { return error("3005", "no valid merchant session", type: "AuthoriseResult") }
+        guard field("MerchantID") == merchant else {
+            return error("3005", "merchant \(GatewayCore.quoted(field("MerchantID"))) is not the session's", type: "AuthoriseResult")
+        }
         guard let amount = r["AmountMinor"]?.integer, amount > 0 else { return error("2005", "amount", type: "AuthoriseResult") }
         let currency = field("CurrencyNumeric")
         let paymentType = field("PaymentType")
@@ -237,10 +328,11 @@ public final class GatewayCore: @unchecked Sendable {
             // merchant has on the receipt: unique per merchant.
             var id = field("OriginalOperationID")
             if PaymentRules.isDigits(id, 6...6),
-               let byCode = operations.first(where: { $0.value.approvalCode == id && $0.value.merchantID == field("MerchantID") && !$0.value.refund }) {
+               let byCode = operations.first(where: { $0.value.approvalCode == id && $0.value.merchantID == merchant && !$0.value.refund }) {
                 id = byCode.key
             }
-            guard let op = operations[id], op.approved, !op.refund else {
+            // Another merchant's operation is not found: the answer does not say it exists.
+            guard let op = operations[id], op.merchantID == merchant, op.approved, !op.refund else {
                 return error("3008", "original operation \(GatewayCore.quoted(id)) not found", type: "AuthoriseResult")
             }
             guard op.currency == currency, amount <= op.amount - op.refunded, !op.reversed else {
@@ -259,16 +351,17 @@ public final class GatewayCore: @unchecked Sendable {
         default: break
         }
 
-        operationSequence += 1
-        let operationID = "OP-" + sixDigits(operationSequence)
+        // Random, so that one receipt says nothing about the next (specification §4.10 numbers them
+        // in sequence; see docs/PAYMENTS.md).
+        guard let operationID = newOperationID() else { return error("5001", "no random bytes for an operation ID", type: "AuthoriseResult") }
         var approval = ""
         if result == "approved" {
-            let merchant = field("MerchantID")
-            approvalSequence[merchant, default: 0] += 1
-            approval = sixDigits(approvalSequence[merchant]!)
+            guard let code = newApprovalCode(for: merchant) else { return error("5001", "no approval code free", type: "AuthoriseResult") }
+            approval = code
+            approvalCodes[merchant, default: []].insert(code)
             if let original { operations[original]?.refunded += amount }
         }
-        operations[operationID] = Operation(merchantID: field("MerchantID"), transactionID: field("TransactionID"), amount: amount,
+        operations[operationID] = Operation(merchantID: merchant, transactionID: field("TransactionID"), amount: amount,
                                             currency: currency, approved: result == "approved",
                                             signatureRequired: signatureRequired && result == "approved", refund: paymentType == "Refund",
                                             approvalCode: approval)
@@ -286,7 +379,7 @@ public final class GatewayCore: @unchecked Sendable {
 
     // MARK: Reverse, signature
 
-    func reverse(_ r: JSONValue) -> JSONValue {
+    func reverse(_ r: JSONValue, now: WallTime) -> JSONValue {
         let keys: Keys
         switch verify(r, canonical: GatewayCanonical.reverse(r), type: "Reverse") {
         case .failure(let refusal): return error(refusal.code, refusal.reason, type: "ReverseResult")
@@ -294,24 +387,29 @@ public final class GatewayCore: @unchecked Sendable {
         }
         let id = r["OperationID"]?.string ?? ""
         var answer: JSONValue = ["Type": "ReverseResult", "OperationID": .string(id), "KSN": r["KSN"] ?? ""]
-        if var op = operations[id], op.approved, !op.reversed, op.refunded == 0 {
+        guard let merchant = merchant(of: r, now: now) else {
+            journal.append("Reverse \(GatewayCore.quoted(id)) refused: no valid merchant session")
+            answer = answer.setting("Result", "error").setting("Error", "3005")
+            return mac(answer, GatewayCanonical.reverseResult(answer), key: keys.macVerification)
+        }
+        if var op = operations[id], op.merchantID == merchant, op.approved, !op.reversed, op.refunded == 0 {
             op.reversed = true
             operations[id] = op
             answer = answer.setting("Result", "ok").setting("ReversedAmountMinor", .integer(op.amount))
             journal.append("Reverse \(GatewayCore.quoted(id)) ok")
         } else {
-            answer = answer.setting("Result", "error").setting("Error", operations[id] == nil ? "3008" : "3007")
+            answer = answer.setting("Result", "error").setting("Error", operations[id]?.merchantID == merchant ? "3007" : "3008")
             journal.append("Reverse \(GatewayCore.quoted(id)) refused")
         }
         return mac(answer, GatewayCanonical.reverseResult(answer), key: keys.macVerification)
     }
 
     func signature(_ r: JSONValue, now: WallTime) -> JSONValue {
-        guard let token = r["SessionToken"]?.string, let expiry = sessions[token], now < expiry else {
+        guard let merchant = merchant(of: r, now: now) else {
             return error("3005", "no valid session", type: "SignatureResult")
         }
         let id = r["OperationID"]?.string ?? ""
-        guard var op = operations[id], op.approved, op.signatureRequired, !op.signed, !op.reversed else {
+        guard var op = operations[id], op.merchantID == merchant, op.approved, op.signatureRequired, !op.signed, !op.reversed else {
             return error("3008", "operation \(GatewayCore.quoted(id)) takes no signature", type: "SignatureResult")
         }
         guard let format = r["ImageFormat"]?.integer, let image = r["Image"]?.string.flatMap(Base64.decode),
@@ -323,6 +421,20 @@ public final class GatewayCore: @unchecked Sendable {
         operations[id] = op
         journal.append("Signature \(GatewayCore.quoted(id)) ok (\(image.count) bytes, format \(format))")
         return ["Type": "SignatureResult", "Result": "ok", "OperationID": .string(id)]
+    }
+
+    /// An operation as its merchant sees it; another merchant's is not found (3008).
+    func status(_ r: JSONValue, now: WallTime) -> JSONValue {
+        guard let merchant = merchant(of: r, now: now) else { return error("3005", "no valid session", type: "StatusResult") }
+        let id = r["OperationID"]?.string ?? ""
+        guard let op = operations[id], op.merchantID == merchant else {
+            return error("3008", "operation \(GatewayCore.quoted(id)) not found", type: "StatusResult")
+        }
+        journal.append("Status \(GatewayCore.quoted(id)) ok")
+        return ["Type": "StatusResult", "Result": "ok", "OperationID": .string(id), "TransactionID": .string(op.transactionID),
+                "Approved": .bool(op.approved), "Refund": .bool(op.refund), "ApprovalCode": .string(op.approvalCode),
+                "AmountMinor": .integer(op.amount), "CurrencyNumeric": .string(op.currency), "RefundedMinor": .integer(op.refunded),
+                "Reversed": .bool(op.reversed), "Signed": .bool(op.signed)]
     }
 
     // MARK: Updates

@@ -1,25 +1,41 @@
 import Crypto
 import Foundation
 
-/// The strings both ends MAC (specification §4.10): `v1|` and the fields joined by `|`, upper-case
-/// hex, decimal amounts, empty strings for absent fields, booleans as `true`/`false`.
+/// The bytes both ends MAC (specification §4.10, changed; see docs/PAYMENTS.md): a tag naming
+/// the message, then each field as its length in UTF-8 bytes (4 bytes, big-endian) and its
+/// bytes; decimal amounts, `true`/`false`, empty for an absent field. The specification joins
+/// the fields with `|`, which a field may itself contain: two different messages could then MAC
+/// the same string. With lengths no two field lists give the same bytes.
 public enum GatewayCanonical {
-    public static func authorise(_ r: JSONValue) -> String {
-        "v1|" + ["MerchantID", "TerminalID", "TransactionID", "AmountMinor", "CurrencyNumeric", "PaymentType",
-                 "EntryMode", "CVM", "KSN", "EncCardData", "EncPinBlock", "OriginalOperationID"].map { field(r, $0) }.joined(separator: "|")
+    public static let authoriseFields = ["MerchantID", "TerminalID", "TransactionID", "AmountMinor", "CurrencyNumeric", "PaymentType",
+                                         "EntryMode", "CVM", "KSN", "EncCardData", "EncPinBlock", "OriginalOperationID", "SessionToken"]
+
+    public static func authorise(_ r: JSONValue) -> [UInt8] { encode("Authorise", r, authoriseFields) }
+
+    public static func authoriseResult(_ r: JSONValue) -> [UInt8] {
+        encode("AuthoriseResult", r, ["OperationID", "Result", "ResponseCode", "ApprovalCode", "AuthenticatedByPin", "SignatureRequired",
+                                      "AmountMinor", "CurrencyNumeric", "KSN", "TransactionID"])
     }
 
-    public static func authoriseResult(_ r: JSONValue) -> String {
-        "v1|" + ["OperationID", "Result", "ResponseCode", "ApprovalCode", "AuthenticatedByPin", "SignatureRequired",
-                 "AmountMinor", "CurrencyNumeric", "KSN", "TransactionID"].map { field(r, $0) }.joined(separator: "|")
+    public static func reverse(_ r: JSONValue) -> [UInt8] { encode("Reverse", r, ["OperationID", "Reason", "KSN", "SessionToken"]) }
+
+    public static func reverseResult(_ r: JSONValue) -> [UInt8] {
+        encode("ReverseResult", r, ["OperationID", "Result", "Error", "ReversedAmountMinor", "KSN"])
     }
 
-    public static func reverse(_ r: JSONValue) -> String {
-        "v1|REV|" + ["OperationID", "Reason", "KSN"].map { field(r, $0) }.joined(separator: "|")
-    }
-
-    public static func reverseResult(_ r: JSONValue) -> String {
-        "v1|REVR|" + ["OperationID", "Result", "ReversedAmountMinor", "KSN"].map { field(r, $0) }.joined(separator: "|")
+    /// `pppbridge-mac-v2`, the message's name, then the named fields of `r`, each length-prefixed.
+    public static func encode(_ message: String, _ r: JSONValue, _ names: [String]) -> [UInt8] {
+        var out: [UInt8] = []
+        func append(_ text: String) {
+            let bytes = Array(text.utf8)
+            let n = UInt32(truncatingIfNeeded: bytes.count)
+            out += [UInt8(truncatingIfNeeded: n >> 24), UInt8(truncatingIfNeeded: n >> 16), UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)]
+            out += bytes
+        }
+        append("pppbridge-mac-v2")
+        append(message)
+        for name in names { append(field(r, name)) }
+        return out
     }
 
     static func field(_ r: JSONValue, _ name: String) -> String {

@@ -62,8 +62,10 @@ public final class TerminalCore: @unchecked Sendable {
     private var bonds = RecentMap<String, [UInt8]>(capacity: 64)
     /// Nonces of recent bond proofs (a replayed login is refused).
     private var bondNonces: [String] = []
-    /// The passkey on the terminal's display while a pairing waits for confirmation.
-    private var shownPasskey: String? { session?.pairing?.passkey }
+    /// The passkey on the terminal's display while a pairing waits for confirmation: for the
+    /// person at the terminal (the simulator's own output, a test beside it), never told to a
+    /// control client, which could be the host it is meant to be compared against.
+    public var displayedPasskey: String? { session?.pairing?.passkey }
     private var operations: [String: ApprovedOperation] = [:]
     /// Merchant, day and transaction ID of recent payments (unique per merchant and day): the
     /// most recent 4096.
@@ -110,6 +112,9 @@ public final class TerminalCore: @unchecked Sendable {
         var pairing: PendingPairing?
         /// Who the host is (its bond's key here): `Ext.HostID`, else the SaleID.
         var hostID = ""
+        /// The merchant's gateway session the host logged in with (`Ext.SessionToken`): the
+        /// gateway keeps this session's operations under that merchant.
+        var gatewaySession = ""
     }
 
     struct PendingPairing {
@@ -198,16 +203,47 @@ public final class TerminalCore: @unchecked Sendable {
     public func hostDidConnect(now: Instant) {
         hostConnected = true
         session = nil
+        readerSessionToken = nil
         record("host connected")
     }
 
     public func hostDidDisconnect(now: Instant) {
         hostConnected = false
         session = nil
+        readerSessionToken = nil
         pendingLogin = nil
         record("host disconnected")
         // A host-relayed gateway exchange cannot complete without the host.
         if let inFlight = gatewayInFlight, inFlight.hostRelay { gatewayDidFail(now: now) }
+    }
+
+    // MARK: A second host
+
+    /// What the login of the connected host was answered with (`Ext.ReaderSession`, random): a
+    /// second connection to the reader port takes the session over only by presenting it in its
+    /// own Login (the host reconnecting); nil while no host is logged in.
+    public private(set) var readerSessionToken: String?
+    /// Second connections refused while a host held the session.
+    public private(set) var refusedSecondHosts = 0
+
+    /// Whether `payload`, the first message of a second connection while a host is connected,
+    /// may take the session over: a Login that presents this session's token.
+    public func mayTakeOver(with payload: [UInt8]) -> Bool {
+        guard let token = readerSessionToken, let m = try? PaymentMessage.decode(payload),
+              m.header.messageClass == .service, m.header.type == .request, m.header.category == .login,
+              let presented = m.body["Ext"]?["ReaderSession"]?.string else { return false }
+        return SecureBytes.equal(Array(token.utf8), Array(presented.utf8))
+    }
+
+    /// The answer to a second connection's first message when it may not take over (counted);
+    /// the connected host's session goes on. nil when the message asks nothing.
+    public func refusalOfSecondHost(_ payload: [UInt8]) -> [UInt8]? {
+        refusedSecondHosts += 1
+        record("a second host connection refused: the reader session is in use")
+        guard let m = try? PaymentMessage.decode(payload), m.header.messageClass == .service, m.header.type == .request else { return nil }
+        let body: JSONValue = ["Response": PaymentResponseStatus.failure(.busy, [("reason", "SessionInUse")]).json]
+        let answer = PaymentMessage(direction: .response, header: m.header.response(), body: body).encoded
+        return PaymentFrame.fits(answer) ? answer : nil
     }
 
     // MARK: Host messages
@@ -299,6 +335,9 @@ public final class TerminalCore: @unchecked Sendable {
 
     func record(_ line: String) { trace.append(line) }
 
+    /// A line in the terminal's journal from the program around the core (already safe to print).
+    public func note(_ line: String) { record(line) }
+
     /// A peer's free text (an abort or reversal reason) as the terminal keeps and repeats it:
     /// escaped and at most 64 bytes of it.
     static func peerReason(_ s: String) -> String { PeerText.escaped(s, limit: 64) }
@@ -374,6 +413,8 @@ public final class TerminalCore: @unchecked Sendable {
             return fail(h, .messageFormat, [("reason", "InvalidMerchantOrTerminal")])
         }
         var s = Session(saleID: h.saleID, merchantID: merchant, terminalID: terminal, environment: environment, locationID: location)
+        // Passed on to the gateway, never shown: hex of a sensible length or nothing.
+        if let token = ext?["SessionToken"]?.string, (1...128).contains(token.utf8.count), Hex.decode(token) != nil { s.gatewaySession = token }
         s.usedServiceIDs.insert(h.identifier ?? "")
         var pairingExt: JSONValue?, bondExt: JSONValue?
         let hostID = ext?["HostID"]?.string ?? h.saleID
@@ -429,8 +470,14 @@ public final class TerminalCore: @unchecked Sendable {
     func completeLogin(now: Instant) {
         guard let pending = pendingLogin else { return }
         pendingLogin = nil
+        // A fresh token for every login: the one a taken-over session had is spent.
+        guard let token = try? SecureBytes.random(16) else {
+            return fail(pending.header, .unavailableDevice, [("reason", "NoRandomBytes")])
+        }
         session = pending.session
+        readerSessionToken = Hex.encode(token)
         var ext: JSONValue = [
+            "ReaderSession": .string(Hex.encode(token)),
             "LocationID": .string(pending.session.locationID),
             "Battery": ["Level": .number(TerminalCore.fraction(configuration.battery)), "Charging": false],
             "KeyProfile": ["Scheme": "AES128-DUKPT", "TransactionsRemaining": .integer(security.transactionsRemaining)],
@@ -539,7 +586,8 @@ public final class TerminalCore: @unchecked Sendable {
             let fields = TerminalSecurity.AuthoriseFields(
                 merchantID: s.merchantID, terminalID: s.terminalID, environment: s.environment, transactionID: t.transactionID,
                 amountMinor: t.amount, currencyNumeric: t.currency.numeric, paymentType: t.paymentType,
-                entryMode: t.card?.entryMode ?? "Keyed", cvm: t.card?.cvm ?? "NoCVM", originalOperationID: t.originalOperationID)
+                entryMode: t.card?.entryMode ?? "Keyed", cvm: t.card?.cvm ?? "NoCVM", originalOperationID: t.originalOperationID,
+                sessionToken: s.gatewaySession)
             let request = try security.authorise(fields, card: t.card?.data, pin: t.card?.pin, keys: keys)
             t.card?.pin = nil
             transaction = t
@@ -570,7 +618,7 @@ public final class TerminalCore: @unchecked Sendable {
             let code = TerminalCore.gatewayCode(r)
             let condition: PaymentResponseStatus.ErrorCondition
             switch code {
-            case "3007", "2005": condition = .notAllowed
+            case "3007", "2005", "3005": condition = .notAllowed
             case "3008": condition = .notFound
             case "4004": condition = .deviceOut
             default: condition = .unreachableHost
@@ -703,7 +751,7 @@ public final class TerminalCore: @unchecked Sendable {
         let reason = TerminalCore.peerReason(m.body["ReversalReason"]?.string ?? "MerchantCancel")
         do {
             let keys = try security.nextTransaction()
-            let request = try security.reverse(operationID: op.operationID, reason: reason, keys: keys)
+            let request = try security.reverse(operationID: op.operationID, reason: reason, sessionToken: (session ?? lastSession)?.gatewaySession ?? "", keys: keys)
             transaction = Transaction(header: h, transactionID: poiTx, timeStamp: wall(now).description, amount: op.amount, currency: op.currency,
                                       paymentType: "Reversal", originalOperationID: op.operationID, hostRelay: false, phase: .authorizing,
                                       keys: keys, reversal: (op.operationID, op.amount))
@@ -793,7 +841,7 @@ public final class TerminalCore: @unchecked Sendable {
         pairing.linkKey = key
         session?.pairing = pairing
         display("pairing", "PAIRING CODE \(passkey)")
-        record("pairing with \(pairing.hostID): passkey on the display")
+        record("pairing with \(pairing.hostID): passkey \(passkey) on the display")
         respond(m.header, body: ["Response": PaymentResponseStatus.success.json])
     }
 
@@ -1019,7 +1067,7 @@ public final class TerminalCore: @unchecked Sendable {
             record("bonds erased")
             return ok()
         case "status":
-            return ok([("passkey", shownPasskey.map { .string($0) } ?? .null), ("bonds", .integer(Int64(bonds.count))), ("serial", .string(configuration.serialNumber)), ("version", .string(configuration.softwareVersion)),
+            return ok([("pairing", .bool(displayedPasskey != nil)), ("bonds", .integer(Int64(bonds.count))), ("serial", .string(configuration.serialNumber)), ("version", .string(configuration.softwareVersion)),
                        ("loggedIn", .bool(session != nil)), ("busy", .bool(transaction != nil || admin != nil)),
                        ("phase", transaction.map { .string($0.phase.rawValue) } ?? .null),
                        ("ksnCounter", .integer(Int64(security.counter))), ("battery", .number(TerminalCore.fraction(configuration.battery)))])

@@ -24,6 +24,23 @@ public struct TerminalSecurity: Sendable {
         self.testKeys = testKeys
     }
 
+    /// What a restart needs to go on where this module stopped (the simulator's state file):
+    /// the initial key and its ID, the counter last used, whether the keys are test keys.
+    public var state: JSONValue {
+        ["Version": 1, "InitialKeyID": .string(Hex.encode(initialKeyID)), "InitialKey": .string(Hex.encode(initialKey)),
+         "Counter": .integer(Int64(counter)), "TestKeys": .bool(testKeys)]
+    }
+
+    /// The module `state` describes; nil unless every field has its form (an AES-128 key, an
+    /// 8-byte key ID, a valid counter or 0).
+    public init?(state: JSONValue) {
+        guard state["Version"]?.integer == 1, let ikid = state["InitialKeyID"]?.string.flatMap(Hex.decode), ikid.count == 8,
+              let key = state["InitialKey"]?.string.flatMap(Hex.decode), key.count == 16,
+              let c = state["Counter"]?.integer, let counter = UInt32(exactly: c), counter == 0 || AESKSN.isValid(counter: counter),
+              let testKeys = state["TestKeys"]?.bool else { return nil }
+        self.init(initialKey: key, initialKeyID: ikid, counter: counter, testKeys: testKeys)
+    }
+
     /// Provisioning from a TR-31 version-D block (usage B1, an `IK` optional block) under `kbpk`.
     public init(keyBlock: String, kbpk: [UInt8], testKeys: Bool = false) throws {
         let (header, key) = try TR31.unwrap(keyBlock, kbpk: kbpk)
@@ -97,9 +114,13 @@ public struct TerminalSecurity: Sendable {
         public var entryMode: String
         public var cvm: String
         public var originalOperationID: String?
+        /// The merchant's gateway session (from the host's login): whose operation this is.
+        public var sessionToken: String
 
         public init(merchantID: String, terminalID: String, environment: String, transactionID: String, amountMinor: Int64,
-                    currencyNumeric: String, paymentType: String, entryMode: String, cvm: String, originalOperationID: String? = nil) {
+                    currencyNumeric: String, paymentType: String, entryMode: String, cvm: String, originalOperationID: String? = nil,
+                    sessionToken: String = "") {
+            self.sessionToken = sessionToken
             self.merchantID = merchantID
             self.terminalID = terminalID
             self.environment = environment
@@ -129,24 +150,25 @@ public struct TerminalSecurity: Sendable {
             "Environment": .string(f.environment), "TransactionID": .string(f.transactionID), "AmountMinor": .integer(f.amountMinor),
             "CurrencyNumeric": .string(f.currencyNumeric), "PaymentType": .string(f.paymentType), "EntryMode": .string(f.entryMode),
             "CVM": .string(f.cvm), "KSN": .string(keys.ksn.description), "EncCardData": .string(encCard), "EncPinBlock": .string(encPIN),
-            "OriginalOperationID": f.originalOperationID.map { .string($0) } ?? .string(""),
+            "OriginalOperationID": f.originalOperationID.map { .string($0) } ?? .string(""), "SessionToken": .string(f.sessionToken),
         ]
-        let mac = try MessageAuthentication.aesCMAC(key: keys.macRequest, Array(GatewayCanonical.authorise(message).utf8))
+        let mac = try MessageAuthentication.aesCMAC(key: keys.macRequest, GatewayCanonical.authorise(message))
         return message.setting("MAC", .string(Hex.encode(mac)))
     }
 
     /// The gateway's Reverse of `operationID` under fresh keys.
-    public func reverse(operationID: String, reason: String, keys: TransactionKeys) throws -> JSONValue {
-        let message: JSONValue = ["Type": "Reverse", "OperationID": .string(operationID), "Reason": .string(reason), "KSN": .string(keys.ksn.description)]
-        let mac = try MessageAuthentication.aesCMAC(key: keys.macRequest, Array(GatewayCanonical.reverse(message).utf8))
+    public func reverse(operationID: String, reason: String, sessionToken: String = "", keys: TransactionKeys) throws -> JSONValue {
+        let message: JSONValue = ["Type": "Reverse", "OperationID": .string(operationID), "Reason": .string(reason), "KSN": .string(keys.ksn.description),
+                                  "SessionToken": .string(sessionToken)]
+        let mac = try MessageAuthentication.aesCMAC(key: keys.macRequest, GatewayCanonical.reverse(message))
         return message.setting("MAC", .string(Hex.encode(mac)))
     }
 
     /// Whether a response carries a valid MAC under the transaction's response key (constant time),
     /// and answers the same KSN.
-    public static func verifyResponse(_ r: JSONValue, canonical: String, keys: TransactionKeys) -> Bool {
+    public static func verifyResponse(_ r: JSONValue, canonical: [UInt8], keys: TransactionKeys) -> Bool {
         guard r["KSN"]?.string == keys.ksn.description, let mac = r["MAC"]?.string.flatMap(Hex.decode),
-              let expected = try? MessageAuthentication.aesCMAC(key: keys.macResponse, Array(canonical.utf8)) else { return false }
+              let expected = try? MessageAuthentication.aesCMAC(key: keys.macResponse, canonical) else { return false }
         return SecureBytes.equal(mac, expected)
     }
 }

@@ -24,7 +24,7 @@ public final class PaymentReader: @unchecked Sendable {
     }
 
     private var stateValue: PaymentState = .ready
-    private var link: ReaderLink?
+    private(set) var link: ReaderLink?
     private var path: String?
     private var serial: String?
     private var configuration: ReaderConnectionConfiguration?
@@ -96,6 +96,12 @@ public final class PaymentReader: @unchecked Sendable {
     private var connectCanceled = false
     /// The gateway session from `login`, used when a configuration carries none.
     private var sessionToken: String?
+    /// The merchant the gateway login named: the reader's Login carries it, as the gateway
+    /// keeps that session's operations under it.
+    private var gatewayMerchantID: String?
+    /// The reader session token the terminal answered our last login with: presented again when
+    /// we log in on a new connection while the old one may still hold the session.
+    private var readerSession: String?
 
     struct DiscoveryRun {
         var core: DiscoveryCore
@@ -293,10 +299,12 @@ public final class PaymentReader: @unchecked Sendable {
     private func login(_ l: ReaderLink, _ completion: @escaping (Result<ReaderLink, PaymentError>) -> Void) {
         guard let c = configuration else { return }
         var ext: JSONValue = ["LocationID": .string(c.locationID), "Environment": .string(c.environment), "AppLicence": .string(c.licence),
-                              "MerchantID": .string(c.merchantID), "TerminalID": .string(c.terminalID)]
+                              "MerchantID": .string(c.sessionToken == nil ? gatewayMerchantID ?? c.merchantID : c.merchantID),
+                              "TerminalID": .string(c.terminalID)]
         if let token = c.sessionToken ?? sessionToken { ext = ext.setting("SessionToken", .string(token)) }
         let dateTime = Self.wallNow().description
         ext = ext.setting("HostID", .string(c.bonds.hostID))
+        if let readerSession { ext = ext.setting("ReaderSession", .string(readerSession)) }
         // What this login does about pairing: nothing, prove a bond, or begin a pairing.
         var bondNonce: String?, pairing: (key: [UInt8], nonce: [UInt8])?
         if let p = peripheral, p.requiresPairing {
@@ -350,6 +358,7 @@ public final class PaymentReader: @unchecked Sendable {
             }
             let system = response.body["POISystemData"]
             let ext = response.body["Ext"]
+            if let token = ext?["ReaderSession"]?.string, (1...64).contains(token.utf8.count), Hex.decode(token) != nil { self.readerSession = token }
             let offer = UpdateOffer(json: ext?["AvailableUpdate"])
             self.offer = offer
             self.infoValue = Info(serialNumber: system?["POITerminalData"]?["POISerialNumber"]?.string ?? l.poiID,
@@ -430,6 +439,7 @@ public final class PaymentReader: @unchecked Sendable {
             let merchant = answer["MerchantID"]?.string ?? ""
             loop.sync {
                 sessionToken = answer["SessionToken"]?.string
+                gatewayMerchantID = PaymentRules.isDigits(merchant, 9...9) ? merchant : nil
                 setState(.ready)
             }
             return merchant

@@ -32,11 +32,13 @@ public enum ReaderLines {
             throw PaymentError(.bluetoothDisabled, "no lines to scan: \(directory) does not exist")
         }
         // Lines and advertisements someone else could plant are not believed: the directory
-        // must be ours (or root's) and not writable by others.
+        // must be ours (or root's, as /dev is: root can stand in for us anyway) and writable by
+        // nobody else, group included. A sticky bit does not help: it stops others deleting our
+        // entries, not adding their own (a line named like a reader, its advertisement).
         var st = stat()
         if !directory.isEmpty, stat(directory, &st) == 0 {
             let foreign = st.st_uid != getuid() && st.st_uid != 0
-            let writableByOthers = st.st_mode & UInt32(S_IWOTH) != 0 && st.st_mode & UInt32(S_ISVTX) == 0
+            let writableByOthers = st.st_mode & UInt32(S_IWOTH | S_IWGRP) != 0
             guard !foreign && !writableByOthers else {
                 throw PaymentError(.bluetoothDisabled, "\(directory) is not this user's (or is writable by others): its lines are not trusted")
             }

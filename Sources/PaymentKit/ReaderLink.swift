@@ -5,13 +5,14 @@ import PPP
 import Payment
 
 /// One connection to a reader: the channel on its line (our PPP link, the SOCKS proxy for the
-/// terminal's gateway traffic), a local-only bridge to the terminal's reader port, and the
-/// framed reader protocol over it. Loop thread only.
+/// terminal's gateway traffic), a stream through our stack to the terminal's reader port held
+/// inside the process (no host socket another local process could connect to), and the framed
+/// reader protocol over it. Loop thread only.
 final class ReaderLink {
     let loop: EventLoop
     let channel: Channel
     let configuration: ReaderConnectionConfiguration
-    private(set) var connection: StreamConnection?
+    private(set) var connection: TerminalStream?
     private var decoder = PaymentFrameDecoder()
     private var serviceCounter = 0
     private var pending: [String: (PaymentMessage) -> Void] = [:]
@@ -49,7 +50,6 @@ final class ReaderLink {
     /// Opens the link and the reader connection; `ready` is called once.
     /// Why the channel closed, once it has.
     private(set) var closeReason: ChannelCloseReason?
-    private var drainTimer: Int?
     /// The reader sent a frame the decoder refused.
     private(set) var protocolViolation = false
 
@@ -79,24 +79,14 @@ final class ReaderLink {
     private func channelEvent(_ event: ChannelEvent) {
         switch event {
         case .opened:
-            do {
-                try channel.addBridge(.hostToTerminalLocal, port: configuration.readerPort)
-            } catch {
-                return finishReady(PaymentError(.readerLoginFailed, "bridge \(configuration.readerPort): \(error)"))
-            }
             connectReader(tries: 0)
         case .closed(let reason):
             closeReason = reason
             if onReady != nil {
                 finishReady(PaymentError(.pppNegotiationFailed, "\(reason)"))
-            } else if connection != nil {
-                // The terminal's last words (a Shutdown event) may still sit in the bridge's
-                // loopback socket: read them first; the bridge closing it ends the link.
-                drainTimer = loop.schedule(at: loop.now + .milliseconds(250)) { [weak self] in
-                    self?.drainTimer = nil
-                    self?.lose(reason)
-                }
             } else {
+                // The stream handed over what the terminal said last (a Shutdown event) before
+                // it ended with the link.
                 lose(reason)
             }
         default:
@@ -107,9 +97,8 @@ final class ReaderLink {
     /// The terminal's reader port may listen a moment after the link is up: retried briefly.
     private func connectReader(tries: Int) {
         guard !gone else { return }
-        let endpoint = TCPEndpoint(IPv4Address(127, 0, 0, 1), configuration.readerPort)
         do {
-            let c = try StreamConnection.connect(to: endpoint, loop: loop)
+            let c = try channel.openTerminalStream(port: configuration.readerPort)
             connection = c
             c.onConnected = { [weak self] in
                 guard let self else { return }
@@ -117,10 +106,12 @@ final class ReaderLink {
                 self.finishReady(nil)
             }
             c.onData = { [weak self] bytes in self?.received(bytes) }
-            c.onClose = { [weak self] _ in
+            c.onClose = { [weak self, unowned c] _ in
                 guard let self else { return }
                 self.connection = nil
-                // The bridge closes its client when the terminal refuses: try again soon.
+                // The channel's closed event follows with the reason.
+                if c.endedWithTheLink { return }
+                // Refused: the terminal's reader port is not listening yet; try again soon.
                 if self.onReady != nil && tries < 50 {
                     self.connectRetry = self.loop.schedule(at: self.loop.now + .milliseconds(100)) { [weak self] in
                         self?.connectReader(tries: tries + 1)
@@ -205,8 +196,6 @@ final class ReaderLink {
     func setPOIID(_ id: String) { poiID = id }
 
     private func lose(_ reason: ChannelCloseReason?) {
-        if let drainTimer { loop.cancelTimer(drainTimer) }
-        drainTimer = nil
         guard up, !gone else { return }
         let callback = onLost
         onLost = nil

@@ -3,7 +3,10 @@ import NetStack
 import Payment
 
 /// The terminal's reader-protocol listener on its own stack (inside PPP): one host connection
-/// at a time (a new one replaces the old), frames in and out, the terminal core behind it.
+/// at a time, frames in and out, the terminal core behind it. While a host is connected, a
+/// second connection is heard only for its first message: a Login presenting the session's
+/// token (the host coming back) takes the session over; anything else is refused and the
+/// connected host's session goes on.
 final class ReaderService: StackApplication {
     let port: UInt16
     let core: TerminalCore
@@ -27,6 +30,14 @@ final class ReaderService: StackApplication {
     /// The host connection we closed: its last frames (a Shutdown event) may still be unacknowledged.
     private var closing: ConnectionID?
     private var gatewaySequence = 0
+    /// Second connections waiting for their first message, each with its decoder and deadline.
+    private var candidates: [ConnectionID: (decoder: PaymentFrameDecoder, deadline: Instant)] = [:]
+    /// At most this many second connections wait at once; more are reset at once (counted).
+    static let candidateLimit = 4
+    /// A second connection that sends no whole message in this long is reset.
+    static let candidateTimeout: Duration = .seconds(10)
+    /// Second connections reset: beyond the limit, silent past the timeout, or sending garbage.
+    private(set) var candidatesDropped = 0
     /// Every byte the reader connection carried, both ways (tests look for card data in it).
     var observer: ((_ fromHost: Bool, _ bytes: [UInt8]) -> Void)?
 
@@ -46,6 +57,7 @@ final class ReaderService: StackApplication {
     func stop() {
         if connection != nil { core.hostDidDisconnect(now: currentNow()) }
         connection = nil
+        candidates = [:]
         host = nil
         pending = []
     }
@@ -54,9 +66,15 @@ final class ReaderService: StackApplication {
         guard let host, host.stack != nil else { return }
         let stack = host
         while let id = host.accept(port: port, for: self) {
-            if let old = connection {
-                stack.abort(old, now: now)
-                core.hostDidDisconnect(now: now)
+            if connection != nil {
+                guard candidates.count < ReaderService.candidateLimit else {
+                    candidatesDropped += 1
+                    stack.abort(id, now: now)
+                    continue
+                }
+                candidates[id] = (PaymentFrameDecoder(), now + ReaderService.candidateTimeout)
+                hearCandidate(id, now: now)
+                continue
             }
             connection = id
             decoder = PaymentFrameDecoder()
@@ -67,6 +85,15 @@ final class ReaderService: StackApplication {
     }
 
     func event(_ id: ConnectionID, _ event: TCPEvent, now: Instant) {
+        if candidates[id] != nil {
+            if case .closed = event {
+                candidates[id] = nil
+                host?.abort(id, now: nil)
+            } else {
+                hearCandidate(id, now: now)
+            }
+            return
+        }
         guard id == connection else {
             if case .closed = event { host?.abort(id, now: nil) }
             return
@@ -104,6 +131,47 @@ final class ReaderService: StackApplication {
         if let id = connection, stack.atEndOfStream(id), pending.isEmpty {
             stack.close(id, now: now)
         }
+    }
+
+    /// Reads a second connection's first message: the session's own token takes over, anything
+    /// else is answered with a refusal and the connection closed.
+    private func hearCandidate(_ id: ConnectionID, now: Instant) {
+        guard let stack = host, stack.stack != nil, var candidate = candidates[id] else { return }
+        let chunk = stack.read(id, maximum: PaymentFrame.maximumLength + 4, now: now)
+        let frames: [[UInt8]]
+        do { frames = try candidate.decoder.feed(chunk) } catch {
+            candidates[id] = nil
+            candidatesDropped += 1
+            stack.abort(id, now: now)
+            return
+        }
+        guard let first = frames.first else {
+            candidates[id] = candidate
+            if stack.atEndOfStream(id) {
+                candidates[id] = nil
+                stack.close(id, now: now)
+            }
+            return
+        }
+        candidates[id] = nil
+        if core.mayTakeOver(with: first), let old = connection {
+            observer?(true, chunk)
+            stack.abort(old, now: now)
+            core.hostDidDisconnect(now: now)
+            connection = id
+            decoder = candidate.decoder
+            pending = []
+            closeAfterFlush = false
+            core.hostDidConnect(now: now)
+            core.receive(hostPayload: first, now: now)
+            for frame in frames.dropFirst() { core.receive(hostPayload: frame, now: now) }
+            drain(now: now)
+            return
+        }
+        if let answer = core.refusalOfSecondHost(first), let frame = try? PaymentFrame.encode(answer) {
+            stack.write(id, frame, now: now)
+        }
+        stack.close(id, now: now)
     }
 
     /// Acts on what the core asked for.
@@ -195,9 +263,18 @@ final class ReaderService: StackApplication {
         return pending.isEmpty && stack.unacknowledgedBytes(id) == 0
     }
 
-    var pollAt: Instant? { core.pollAt }
+    var pollAt: Instant? {
+        let waiting = candidates.values.map(\.deadline).min()
+        guard let next = core.pollAt else { return waiting }
+        return waiting.map { min($0, next) } ?? next
+    }
 
     func poll(now: Instant) {
+        for (id, c) in candidates where c.deadline <= now {
+            candidates[id] = nil
+            candidatesDropped += 1
+            host?.abort(id, now: now)
+        }
         core.poll(now: now)
         drain(now: now)
     }
@@ -210,6 +287,7 @@ final class ReaderService: StackApplication {
     }
 
     func report() -> [String] {
-        ["reader: port \(port), host \(connection.map { "connected \($0)" } ?? "not connected"), \(droppedMessages) messages dropped"]
+        ["reader: port \(port), host \(connection.map { "connected \($0)" } ?? "not connected"), \(droppedMessages) messages dropped, "
+            + "second connections refused \(core.refusedSecondHosts), reset \(candidatesDropped)"]
     }
 }

@@ -3,28 +3,17 @@ import Glibc
 import NetStack
 import Payment
 
-/// A client of the terminal simulator's control socket (127.0.0.1 only): one JSON line out,
-/// one back. Blocking, with a timeout; for tests, demos and `pppbridge terminal control`.
+/// A client of the terminal simulator's control socket (a Unix socket): one JSON line out, one
+/// back. Blocking, with a timeout; for tests, demos and `pppbridge control`.
 public final class TerminalControl: @unchecked Sendable {
     private let fd: Int32
     private var buffer: [UInt8] = []
 
-    public init(port: UInt16, timeoutSeconds: Int = 10) throws(SystemError) {
-        let s = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard s >= 0 else { throw SystemError("socket") }
+    public init(path: String, timeoutSeconds: Int = 10) throws(SystemError) {
+        let s = try UnixSocket.connect(to: path)
         var tv = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
         setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        var a = sockaddr_in()
-        a.sin_family = sa_family_t(AF_INET)
-        a.sin_port = port.bigEndian
-        a.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-        let r = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(s, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard r == 0 else {
-            let e = SystemError("connect 127.0.0.1:\(port)")
-            Glibc.close(s)
-            throw e
-        }
         fd = s
     }
 
@@ -32,7 +21,11 @@ public final class TerminalControl: @unchecked Sendable {
 
     /// Sends one command and returns the simulator's answer.
     public func send(_ command: JSONValue) throws(SystemError) -> JSONValue {
-        let line = command.serialized + [0x0A]
+        try send(line: command.serialized + [0x0A])
+    }
+
+    /// Sends `line` as it is (a newline is the caller's) and returns the next answer.
+    public func send(line: [UInt8]) throws(SystemError) -> JSONValue {
         var sent = 0
         while sent < line.count {
             let n = line[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }

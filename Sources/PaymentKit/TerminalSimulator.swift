@@ -7,8 +7,9 @@ import Payment
 
 /// A simulated payment terminal as a real program: our stack in the terminal role on a pty (the
 /// far end of the PPP link), the reader protocol on `readerPort` inside the link, the gateway
-/// reached through the host's SOCKS proxy, and a JSON-lines control socket on 127.0.0.1 through
-/// which tests put cards and PINs "inside the pad", drop the link, drain the battery.
+/// reached through the host's SOCKS proxy, and a JSON-lines control socket (Unix, mode 0600, in
+/// the user's runtime directory) through which tests put cards and PINs "inside the pad", drop
+/// the link, drain the battery.
 /// It survives its own reboots: the core (keys, counter, stored results) outlives each boot,
 /// while each boot is a fresh PPP link on a fresh pty at the same path.
 public final class TerminalSimulator: @unchecked Sendable {
@@ -21,8 +22,11 @@ public final class TerminalSimulator: @unchecked Sendable {
         public var socksPort: UInt16 = 1080
         /// The gateway as the proxy should reach it (an IPv4 literal: no name lookups).
         public var gateway: TCPEndpoint
-        /// 0 picks a free port; `controlEndpoint` tells which.
-        public var controlPort: UInt16 = 0
+        /// The control socket's path; nil: `terminal-SERIAL.control` in `UnixSocket.runtimeDirectory()`.
+        public var controlPath: String?
+        /// The state file (keys and KSN counter, mode 0600) loaded at start and written before
+        /// every request to the gateway; nil keeps the state in memory only.
+        public var statePath: String?
         public var link: LinkConfiguration = .terminal()
         /// Publish an advertisement beside the line (`linkPath.advert`) for discovery.
         public var advertises = true
@@ -44,11 +48,20 @@ public final class TerminalSimulator: @unchecked Sendable {
     private var terminal: SimulatedTerminal?
     private var service: ReaderService?
     private var control: StreamListener?
-    private var controlClients: [ObjectIdentifier: (StreamConnection, [UInt8])] = [:]
+    private var controlClients: [ObjectIdentifier: ControlClient] = [:]
+    private struct ControlClient {
+        var connection: StreamConnection
+        var buffer: [UInt8] = []
+        /// Inside a line that went beyond the limit: bytes are dropped up to its newline.
+        var skipping = false
+    }
     /// Control clients at once; one more is closed at once.
     static let controlClientLimit = 8
-    /// A control line longer than this (no newline yet) closes its client.
+    /// A control line longer than this (no newline yet) is answered with an error and skipped
+    /// up to its newline; the client stays.
     static let controlLineLimit = 64 * 1024
+    /// Answers a control client has not read beyond this close it.
+    static let controlOutputLimit = 1 << 20
     /// Control clients closed for going beyond either limit.
     public private(set) var controlClientsRefused = 0
     private var restartTimer: Int?
@@ -67,11 +80,52 @@ public final class TerminalSimulator: @unchecked Sendable {
         core = loop.sync { TerminalCore(configuration: configuration.core, security: security, now: loop.now, wallClock: WallTime.current()) }
     }
 
-    /// Opens the control socket and boots.
+    /// The state file, when there is one.
+    public var statePath: String? { configuration.statePath }
+    /// The counter last written to the state file.
+    private var savedCounter: UInt32?
+    /// Requests not sent because the state could not be written first.
+    public private(set) var stateWriteFailures = 0
+
+    /// Writes the security module's state when it changed since the last write; false when it
+    /// could not be written (the request that would use the new counter must not leave).
+    private func saveState() -> Bool {
+        guard let path = configuration.statePath else { return true }
+        let security = core.security
+        guard savedCounter != security.counter || savedKeyID != security.initialKeyID else { return true }
+        do throws(TerminalStateFile.StateError) {
+            try TerminalStateFile(path: path).save(security)
+        } catch {
+            stateWriteFailures += 1
+            core.note("state not written, request held back: \(error)")
+            return false
+        }
+        savedCounter = security.counter
+        savedKeyID = security.initialKeyID
+        return true
+    }
+    private var savedKeyID: [UInt8]?
+
+    /// Loads the state file (when configured), opens the control socket and boots.
     public func start() throws(SystemError) {
         let result: SystemError? = loop.sync {
             do throws(SystemError) {
-                control = try StreamListener(on: TCPEndpoint(IPv4Address(127, 0, 0, 1), configuration.controlPort), loop: loop) { [weak self] c in
+                if let path = configuration.statePath {
+                    do throws(TerminalStateFile.StateError) {
+                        if let saved = try TerminalStateFile(path: path).load() {
+                            core.security = saved
+                            savedCounter = saved.counter
+                            savedKeyID = saved.initialKeyID
+                        } else if !saveState() {
+                            throw TerminalStateFile.StateError(description: "\(path): cannot be written")
+                        }
+                    } catch {
+                        throw SystemError("state file \(error)", errno: EINVAL)
+                    }
+                }
+                var path = configuration.controlPath ?? ""
+                if path.isEmpty { path = try UnixSocket.runtimeDirectory() + "/terminal-\(configuration.core.serialNumber).control" }
+                control = try StreamListener(unixPath: path, mode: 0o600, loop: loop) { [weak self] c in
                     self?.controlConnected(c)
                 }
                 try boot()
@@ -83,7 +137,8 @@ public final class TerminalSimulator: @unchecked Sendable {
         if let result { throw result }
     }
 
-    public var controlEndpoint: TCPEndpoint? { loop.sync { control?.endpoint } }
+    /// The control socket's path (for `TerminalControl` and `pppbridge control`).
+    public var controlPath: String? { loop.sync { control?.path } }
 
     /// Waits for the current boot's link to come up.
     public func waitUntilUp() async -> IPCPResult? {
@@ -98,7 +153,7 @@ public final class TerminalSimulator: @unchecked Sendable {
             if configuration.advertises { ReaderLines.withdraw(path: configuration.linkPath) }
             if let restartTimer { loop.cancelTimer(restartTimer) }
             control?.close()
-            for (c, _) in controlClients.values { c.close() }
+            for c in controlClients.values { c.connection.close() }
             controlClients = [:]
             let t = terminal
             terminal = nil
@@ -114,6 +169,8 @@ public final class TerminalSimulator: @unchecked Sendable {
         let t = try SimulatedTerminal(line: .pty(linkedAt: configuration.linkPath), link: configuration.link, loop: loop)
         let reader = ReaderService(port: configuration.readerPort, core: core, gatewayExchange: { [weak self, weak t] payload, completion in
             guard let self, let t, let up = t.linkResult else { return completion(nil) }
+            // The counter this request used is on disk before the request leaves.
+            guard self.saveState() else { return completion(nil) }
             let socks = TCPEndpoint(up.peerAddress, self.configuration.socksPort)
             t.beginTransfer(to: self.configuration.gateway, via: socks, payload: payload) { result in
                 completion(result.received.isEmpty ? nil : result.received)
@@ -215,22 +272,51 @@ public final class TerminalSimulator: @unchecked Sendable {
             return c.close()
         }
         let key = ObjectIdentifier(c)
-        controlClients[key] = (c, [])
+        controlClients[key] = ControlClient(connection: c)
         c.onData = { [weak self] bytes in
             guard let self, var entry = self.controlClients[key] else { return }
-            entry.1 += bytes
-            while let newline = entry.1.firstIndex(of: 0x0A) {
-                let line = Array(entry.1[..<newline])
-                entry.1.removeFirst(newline + 1)
+            var rest = bytes[...]
+            while !rest.isEmpty {
+                let newline = rest.firstIndex(of: 0x0A)
+                if entry.skipping {
+                    // The rest of an overlong line: dropped, its end ends the skipping.
+                    guard let newline else { break }
+                    entry.skipping = false
+                    rest = rest[(newline + 1)...]
+                    continue
+                }
+                guard let newline else {
+                    entry.buffer += rest
+                    // Only a complete line is acted on; one that goes on too long is answered
+                    // now and the rest of it dropped (never held).
+                    if entry.buffer.count > TerminalSimulator.controlLineLimit {
+                        entry.buffer = []
+                        entry.skipping = true
+                        self.controlClientsRefused += 1
+                        let answer: JSONValue = ["ok": false, "error": .string("line longer than \(TerminalSimulator.controlLineLimit) bytes: skipped")]
+                        entry.connection.send(answer.serialized + [0x0A])
+                    }
+                    break
+                }
+                let line = entry.buffer + rest[..<newline]
+                entry.buffer = []
+                rest = rest[(newline + 1)...]
+                guard line.count <= TerminalSimulator.controlLineLimit else {
+                    let answer: JSONValue = ["ok": false, "error": .string("line longer than \(TerminalSimulator.controlLineLimit) bytes: skipped")]
+                    entry.connection.send(answer.serialized + [0x0A])
+                    continue
+                }
                 self.controlClients[key] = entry
-                let answer = self.handleControl(line)
-                entry.0.send(answer.serialized + [0x0A])
-            }
-            // Only a complete line is acted on; a client that never ends one is let go.
-            guard entry.1.count <= TerminalSimulator.controlLineLimit else {
-                self.controlClients[key] = nil
-                self.controlClientsRefused += 1
-                return entry.0.close()
+                let answer = self.handleControl(Array(line))
+                // The command may have closed the control socket (a stop).
+                guard self.controlClients[key] != nil else { return }
+                entry.connection.send(answer.serialized + [0x0A])
+                // A client that sends commands and never reads the answers is let go.
+                guard entry.connection.queuedBytes <= TerminalSimulator.controlOutputLimit else {
+                    self.controlClients[key] = nil
+                    self.controlClientsRefused += 1
+                    return entry.connection.close()
+                }
             }
             self.controlClients[key] = entry
         }
@@ -289,6 +375,8 @@ public final class TerminalSimulator: @unchecked Sendable {
                 return name == "status" || core.isPoweredOn ? core.control(command, now: now) : ["ok": false, "error": "terminal is off"]
             }
             let answer = service.withCore(now: now) { $0.control(command, now: now) }
+            // New keys (provisionKey) are kept at once.
+            _ = saveState()
             terminal?.kick()
             advertise()
             return answer

@@ -139,7 +139,7 @@ func sharedTrace(_ name: String) throws -> String {
             (["reader", "discover", "--allow", "not-a-uuid"], "--allow takes a UUID"),
             (["terminal"], "--gateway ADDR:PORT is required"),
             (["terminal", "--gateway", "127.0.0.1:9", "--card", "4111111111111112"], "valid check digit"),
-            (["control", "12"], "expected PORT and a JSON object"),
+            (["control", "/nonexistent.control"], "expected PATH and a JSON object"),
         ]
         for (args, message) in cases {
             let c = Captured()

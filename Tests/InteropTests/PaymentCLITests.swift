@@ -1,6 +1,7 @@
 import ChannelTestSupport
 import Foundation
 import Glibc
+import Channel
 import Testing
 
 /// The payment commands as a person runs them: `pppbridge gateway` and `pppbridge terminal` as
@@ -28,14 +29,18 @@ import Testing
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let port = Host.freePort()
         let gateway = try Service(["gateway", "--port", "\(port)", "--offer-update", "1.1.0", "--update-size", "30000",
-                                   "--signing-key", directory + "/update.key"], log: directory + "/gateway.log")
+                                   "--signing-key", directory + "/update.key", "--merchant", "LIC-TEST-B:bob:hunter2"], log: directory + "/gateway.log")
         defer { _ = gateway.stop() }
         #expect(eventually(10) { gateway.output.contains("listening on 127.0.0.1:\(port)") }, "\(gateway.output)")
         let key = try #require(gateway.output.split(separator: "\n").first { $0.contains("update public key") }?.split(separator: " ").last)
-        let terminal = try Service(["terminal", "--gateway", "127.0.0.1:\(port)", "--link", directory + "/SIM-00000001", "--rssi", "-45",
-                                    "--update-key", String(key), "--card", "4111111111111111:1234"], log: directory + "/terminal.log")
+        #expect(gateway.output.contains("gateway: merchant bob (LIC-TEST-B) has MerchantID 999008882"), "\(gateway.output)")
+        let control = directory + "/control", state = directory + "/terminal.state"
+        let terminalArguments = ["terminal", "--gateway", "127.0.0.1:\(port)", "--link", directory + "/SIM-00000001", "--rssi", "-45",
+                                 "--update-key", String(key), "--card", "4111111111111111:1234", "--control", control, "--state", state]
+        var terminal = try Service(terminalArguments, log: directory + "/terminal.log")
         defer { _ = terminal.stop() }
         #expect(eventually(10) { FileManager.default.fileExists(atPath: directory + "/SIM-00000001.advert") }, "\(terminal.output)")
+        #expect(terminal.output.contains("control on \(control)"), "\(terminal.output)")
         let pattern = directory + "/*"
         let gw = "127.0.0.1:\(port)"
 
@@ -48,7 +53,8 @@ import Testing
         let paid = try runCommand(BridgeProcess.binary, ["pay", "--amount", "10.50", "--currency", "EUR", "--gateway", gw, "--pattern", pattern,
                                                          "--transaction-id", "0001CLI", "--pcap", pcap], timeout: 60)
         #expect(paid.status == 0, "\(paid.output)")
-        #expect(paid.output.contains("result: approved 10.50 EUR, authorisation code 000001, operation OP-000001, response 00, card 411111******1111, PIN verified"), "\(paid.output)")
+        let receipt = try #require(Self.receipt(paid.output), "\(paid.output)")
+        #expect(paid.output.contains("result: approved 10.50 EUR, authorisation code \(receipt.code), operation \(receipt.operation), response 00, card 411111******1111, PIN verified"), "\(paid.output)")
         for state in ["state: login", "state: discovery", "state: connecting", "state: interaction", "state: authorizing", "state: finished"] {
             #expect(paid.output.contains(state), "\(state) missing")
         }
@@ -58,6 +64,9 @@ import Testing
         // Exponents: JPY has none, KWD three; amounts are taken exactly or refused.
         let yen = try runCommand(BridgeProcess.binary, ["pay", "--amount", "1050", "--currency", "JPY", "--gateway", gw, "--device", directory + "/SIM-00000001"], timeout: 60)
         #expect(yen.status == 0 && yen.output.contains("result: approved 1050 JPY"), "\(yen.output)")
+        // Authorisation codes are drawn at random: the next payment's is not the next number.
+        let yenCode = try #require(Self.receipt(yen.output)?.code)
+        #expect(yenCode != receipt.code && Int(yenCode) != Int(receipt.code)! + 1, "\(receipt.code) then \(yenCode)")
         let dinar = try runCommand(BridgeProcess.binary, ["pay", "--amount", "1.250", "--currency", "KWD", "--gateway", gw, "--device", directory + "/SIM-00000001"], timeout: 60)
         #expect(dinar.status == 0 && dinar.output.contains("result: approved 1.250 KWD"), "\(dinar.output)")
         let fractionalYen = try runCommand(BridgeProcess.binary, ["pay", "--amount", "10.5", "--currency", "JPY", "--gateway", gw], timeout: 30)
@@ -68,10 +77,17 @@ import Testing
         #expect(declined.status == 1 && declined.output.contains("result: declined 1.05 EUR") && declined.output.contains("response 05"), "\(declined.output)")
 
         // Refund by the authorisation code on the receipt, then one too many.
-        let refunded = try runCommand(BridgeProcess.binary, ["refund", "--auth", "000001", "--amount", "10.00", "--currency", "EUR", "--gateway", gw,
+        // Another merchant cannot refund it, by code or by operation: not found (3008), exit 1.
+        for reference in [receipt.code, receipt.operation] {
+            let stranger = try runCommand(BridgeProcess.binary, ["refund", "--auth", reference, "--amount", "1.00", "--currency", "EUR", "--gateway", gw,
+                                                                 "--device", directory + "/SIM-00000001", "--licence", "LIC-TEST-B", "--user", "bob",
+                                                                 "--password", "hunter2"], timeout: 60)
+            #expect(stranger.status == 1 && stranger.output.contains("3008"), "\(stranger.output)")
+        }
+        let refunded = try runCommand(BridgeProcess.binary, ["refund", "--auth", receipt.code, "--amount", "10.00", "--currency", "EUR", "--gateway", gw,
                                                              "--device", directory + "/SIM-00000001"], timeout: 60)
         #expect(refunded.status == 0 && refunded.output.contains("result: approved 10.00 EUR"), "\(refunded.output)")
-        let tooMuch = try runCommand(BridgeProcess.binary, ["refund", "--auth", "000001", "--amount", "0.51", "--currency", "EUR", "--gateway", gw,
+        let tooMuch = try runCommand(BridgeProcess.binary, ["refund", "--auth", receipt.code, "--amount", "0.51", "--currency", "EUR", "--gateway", gw,
                                                             "--device", directory + "/SIM-00000001"], timeout: 60)
         #expect(tooMuch.status == 1 && tooMuch.output.contains("3007"), "\(tooMuch.output)")
 
@@ -82,8 +98,85 @@ import Testing
         let connected = try runCommand(BridgeProcess.binary, ["reader", "connect", "--gateway", gw, "--device", directory + "/SIM-00000001"], timeout: 60)
         #expect(connected.status == 0 && connected.output.contains("software 1.1.0") && connected.output.contains("diagnosis:"), "\(connected.output)")
 
+        // `pay` reaches the reader through our stack inside the process: no listening socket.
+        let strace = try #require(["/usr/bin/strace", "/bin/strace"].first { FileManager.default.isExecutableFile(atPath: $0) }, "strace is not installed")
+        let traced = try runCommand(strace, ["-f", "-e", "trace=listen", "-o", directory + "/pay.strace", BridgeProcess.binary, "pay", "--amount", "2.00",
+                                             "--currency", "EUR", "--gateway", gw, "--device", directory + "/SIM-00000001"], timeout: 60)
+        #expect(traced.status == 0 && traced.output.contains("result: approved 2.00 EUR"), "\(traced.output)")
+        let calls = String(decoding: FileManager.default.contents(atPath: directory + "/pay.strace") ?? Data(), as: UTF8.self)
+        #expect(!calls.isEmpty && !calls.contains("listen("), "\(calls)")
+
+        // The control socket: this user's alone, and nothing sent to it stops the simulator.
+        var st = stat()
+        #expect(lstat(control, &st) == 0 && st.st_mode & S_IFMT == S_IFSOCK && st.st_mode & 0o777 == 0o600)
+        for command in [#"{"cmd":"dropLink","downFor":1e300}"#, #"{"cmd":"setBattery","level":1e300}"#, #"{"cmd":"dropLinkAfterAuthorise","downFor":-1}"#] {
+            let answer = try runCommand(BridgeProcess.binary, ["control", control, command], timeout: 30)
+            #expect(answer.status == 1 && answer.output.contains(#""ok":false"#), "\(command): \(answer.output)")
+        }
+        let longLine = try Self.send(line: [UInt8](repeating: 0x41, count: 10 << 20) + [0x0A], to: control)
+        #expect(longLine.contains(#""ok":false"#) && longLine.contains("line longer than"), "\(longLine)")
+        let status = try runCommand(BridgeProcess.binary, ["control", control, #"{"cmd":"status"}"#], timeout: 30)
+        #expect(status.status == 0 && status.output.contains(#""ok":true"#) && !status.output.contains("passkey"), "\(status.output)")
+
+        // A restart goes on counting where the state file says: the gateway takes its next payment.
+        let counter = try #require(Self.ksnCounter(terminal.output), "\(terminal.output)")
+        #expect(counter == 0, "a fresh state starts at 0")
+        #expect(terminal.stop() == 0)
+        let saved = String(decoding: FileManager.default.contents(atPath: state) ?? Data(), as: UTF8.self)
+        #expect(lstat(state, &st) == 0 && st.st_mode & 0o777 == 0o600 && saved.contains("\"Counter\""), "\(saved)")
+        try? FileManager.default.removeItem(atPath: directory + "/terminal.log")
+        terminal = try Service(terminalArguments, log: directory + "/terminal.log")
+        #expect(eventually(10) { Self.ksnCounter(terminal.output) != nil }, "\(terminal.output)")
+        let restartedAt = try #require(Self.ksnCounter(terminal.output))
+        #expect(restartedAt > 5, "the counter went on from \(restartedAt)")
+        #expect(eventually(10) { FileManager.default.fileExists(atPath: directory + "/SIM-00000001.advert") }, "\(terminal.output)")
+        let afterRestart = try runCommand(BridgeProcess.binary, ["pay", "--amount", "3.00", "--currency", "EUR", "--gateway", gw,
+                                                                 "--device", directory + "/SIM-00000001"], timeout: 60)
+        #expect(afterRestart.status == 0 && afterRestart.output.contains("result: approved 3.00 EUR"), "\(afterRestart.output)\n\(gateway.output)")
+
         #expect(terminal.stop() == 0)
         #expect(gateway.stop() == 0)
-        #expect(gateway.output.contains("Authorise 0001CLI Normal 1050 978 → approved 00 OP-000001"), "\(gateway.output)")
+        #expect(gateway.output.contains("Authorise 0001CLI Normal 1050 978 → approved 00 \(receipt.operation)"), "\(gateway.output)")
+        #expect(!gateway.output.contains("replay"), "\(gateway.output)")
+    }
+
+    /// The authorisation code and operation a `pay` printed.
+    static func receipt(_ output: String) -> (code: String, operation: String)? {
+        guard let line = output.split(separator: "\n").first(where: { $0.contains("authorisation code ") }) else { return nil }
+        let words = line.split(separator: " ").map { String($0.trimmingCharacters(in: CharacterSet(charactersIn: ","))) }
+        guard let c = words.firstIndex(of: "code"), c + 1 < words.count, let o = words.firstIndex(of: "operation"), o + 1 < words.count else { return nil }
+        return (words[c + 1], words[o + 1])
+    }
+
+    /// The counter the terminal said it starts from ("KSN counter N kept in FILE").
+    static func ksnCounter(_ output: String) -> Int? {
+        guard let line = output.split(separator: "\n").first(where: { $0.contains("KSN counter ") }) else { return nil }
+        let words = line.split(separator: " ")
+        guard let i = words.firstIndex(of: "counter"), i + 1 < words.count else { return nil }
+        return Int(words[i + 1])
+    }
+
+    /// Sends `line` to the Unix socket at `path` and returns the first line that comes back.
+    static func send(line: [UInt8], to path: String) throws -> String {
+        let fd = try UnixSocket.connect(to: path)
+        defer { close(fd) }
+        var tv = timeval(tv_sec: 30, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var sent = 0
+        while sent < line.count {
+            let n = line[sent...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { break }
+            sent += n
+        }
+        var answer: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while !answer.contains(0x0A) {
+            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { break }
+            answer += chunk[0..<n]
+        }
+        return String(decoding: answer, as: UTF8.self)
     }
 }

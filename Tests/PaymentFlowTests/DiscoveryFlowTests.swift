@@ -78,7 +78,7 @@ import Testing
         #expect(world.reader.isConnected)
         // The state map as the delegate saw it for this stretch: discovery hands over to
         // connecting; a payment then runs interaction → authorizing → finished.
-        let nearPad = try TerminalControl(port: near.controlEndpoint!.port)
+        let nearPad = try TerminalControl(path: near.controlPath!)
         #expect(try nearPad.send(["cmd": "presentCard", "entry": "ICC", "pan": "4111111111111111", "expiry": "3012", "cvm": "OnlinePIN",
                                   "pin": "1234"])["ok"]?.bool == true)
         let paid = try await world.reader.startPayment(amount: "1.00", currency: .eur, transactionID: "9001")
@@ -125,7 +125,7 @@ import Testing
 
         // The passkey the SDK derived is the one on the terminal's display: confirmed, bonded.
         world.recorder.confirmPairing = { passkey in
-            (try? world.command(["cmd": "status"]))?["passkey"]?.string == passkey
+            world.terminal.loop.sync { world.terminal.core.displayedPasskey } == passkey
         }
         try await world.reader.connect(path: world.linkPath, configuration: world.configuration)
         #expect(world.reader.isConnected)

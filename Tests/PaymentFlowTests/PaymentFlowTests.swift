@@ -4,7 +4,7 @@ import Crypto
 import Glibc
 import NetStack
 import Payment
-import PaymentKit
+@testable import PaymentKit
 import Testing
 
 /// End to end over the real stack: terminal simulator ↔ PPP on a pty ↔ channel ↔ host SDK, the
@@ -20,12 +20,14 @@ import Testing
         try world.presentCard()
         let outcome = try await world.reader.startPayment(amount: "10.50", currency: .eur, transactionID: "0001ABC")
         #expect(outcome.result == .approved)
-        #expect(outcome.approvalCode == "000001")
-        #expect(outcome.operationID == "OP-000001")
+        let code = try #require(outcome.approvalCode)
+        let operation = try #require(outcome.operationID)
+        #expect(code.utf8.count == 6 && code.allSatisfy(\.isNumber))
+        #expect(operation.hasPrefix("OP-") && operation.utf8.count == 19)
         #expect(outcome.amountMinor == 1050 && outcome.authenticatedByPin)
         #expect(outcome.maskedPAN == "411111******1111")
         #expect(world.reader.state == .finished)
-        #expect(world.gateway.log.contains { $0.contains("0001ABC Normal 1050 978 → approved 00 OP-000001") })
+        #expect(world.gateway.log.contains { $0.contains("0001ABC Normal 1050 978 → approved 00 \(operation)") })
         await world.shutdown(keepFiles: true)
         let capture = world.contents(world.pcapPath)
         world.removeFiles()
@@ -102,7 +104,7 @@ import Testing
         } catch { #expect(error.code == .invalidSignatureImage) }
         try await world.reader.submitSignature(image: jpeg, format: 2)
         #expect(world.reader.state == .finished)
-        #expect(world.gateway.log.contains { $0.hasPrefix("Signature OP-000001 ok") })
+        #expect(world.gateway.log.contains { $0.hasPrefix("Signature OP-") && $0.hasSuffix("format 2)") })
 
         try world.presentCard(cvm: "Signature", pin: nil)
         let second = try await world.reader.startPayment(amountMinor: 3000, currency: .eur, transactionID: "1003")
@@ -161,7 +163,7 @@ import Testing
         try world.presentCard()
         let sale = try await world.reader.startPayment(amountMinor: 5000, currency: .eur, transactionID: "2001")
         let refund = try await world.reader.startRefund(amountMinor: 2000, currency: .eur, transactionID: "2002", originalOperationID: sale.operationID!)
-        #expect(refund.result == .approved && refund.approvalCode == "000002")
+        #expect(refund.result == .approved && refund.approvalCode != nil && refund.approvalCode != sale.approvalCode)
         do {
             _ = try await world.reader.startRefund(amountMinor: 3001, currency: .eur, transactionID: "2003", originalOperationID: sale.operationID!)
             Issue.record("refund above the original accepted")
@@ -171,15 +173,15 @@ import Testing
             Issue.record("refund of an unknown operation accepted")
         } catch { #expect(error.code == .originalNotFound) }
         // By the authorisation code on the receipt: what remains, and not a cent more.
-        #expect(sale.approvalCode == "000001")
-        let byCode = try await world.reader.startRefund(amountMinor: 3000, currency: .eur, transactionID: "2005", originalOperationID: "000001")
+        let saleCode = try #require(sale.approvalCode)
+        let byCode = try await world.reader.startRefund(amountMinor: 3000, currency: .eur, transactionID: "2005", originalOperationID: saleCode)
         #expect(byCode.result == .approved)
         do {
-            _ = try await world.reader.startRefund(amountMinor: 1, currency: .eur, transactionID: "2006", originalOperationID: "000001")
+            _ = try await world.reader.startRefund(amountMinor: 1, currency: .eur, transactionID: "2006", originalOperationID: saleCode)
             Issue.record("a refund beyond the original accepted")
         } catch { #expect(error.code == .refundExceedsOriginal) }
         do {
-            _ = try await world.reader.startRefund(amountMinor: 1, currency: .eur, transactionID: "2007", originalOperationID: "424242")
+            _ = try await world.reader.startRefund(amountMinor: 1, currency: .eur, transactionID: "2007", originalOperationID: saleCode == "424242" ? "424243" : "424242")
             Issue.record("a refund of an unknown authorisation code accepted")
         } catch { #expect(error.code == .originalNotFound) }
         await world.shutdown()
@@ -229,7 +231,8 @@ import Testing
         try world.presentCard()
         let outcome = try await world.reader.startPayment(amountMinor: 4200, currency: .eur, transactionID: "4001")
         #expect(outcome.result == .approved && outcome.recovered)
-        #expect(outcome.operationID == "OP-000001" && outcome.approvalCode == "000001")
+        let recoveredOperation = try #require(outcome.operationID)
+        #expect(world.gateway.log.contains { $0.hasSuffix("→ approved 00 \(recoveredOperation)") })
         #expect(world.recorder.count("didStartReconnect") == 1 && world.recorder.count("didSucceedReconnect") == 1)
         #expect(world.recorder.count("didFailReconnect") == 0)
         // Charged once: one authorisation at the gateway.
@@ -237,7 +240,7 @@ import Testing
         // The reader works on after the reconnect.
         try world.presentCard()
         let next = try await world.reader.startPayment(amountMinor: 100, currency: .eur, transactionID: "4002")
-        #expect(next.approvalCode == "000002")
+        #expect(next.result == .approved && next.approvalCode != outcome.approvalCode)
         await world.shutdown()
     }
 
@@ -354,6 +357,60 @@ import Testing
         try world.presentCard()
         let honest = try await world.reader.startPayment(amountMinor: 1050, currency: .eur, transactionID: "7002")
         #expect(honest.result == .approved && world.relay?.forged == 1)
+        await world.shutdown()
+    }
+
+    /// The SDK reaches the reader through our stack inside the process: nothing listens on the
+    /// host. A second connection to the reader port through the same link (the only way there)
+    /// is refused unless its Login presents the session's token, and the session goes on.
+    @Test func aSecondConnectionCannotDisturbTheReaderSession() async throws {
+        let world = try PaymentWorld()
+        try await world.connect()
+        let port = world.configuration.readerPort
+        if case let .success(fd) = Host.connect(TCPEndpoint(IPv4Address(127, 0, 0, 1), port), timeout: 2) {
+            close(fd)
+            Issue.record("something listens on 127.0.0.1:\(port)")
+        }
+        let channel = try #require(world.loop.sync { world.reader.link?.channel })
+
+        /// Opens a second stream, sends one Login (with `token` in its Ext when given) and
+        /// collects what comes back until the terminal ends the stream.
+        func intrude(token: String?) async throws -> [PaymentMessage] {
+            var ext: JSONValue = ["LocationID": "tml_evil", "Environment": "int", "MerchantID": "999008881", "TerminalID": "001"]
+            if let token { ext = ext.setting("ReaderSession", .string(token)) }
+            let header = PaymentMessage.Header(protocolVersion: "3.1", messageClass: .service, category: .login, type: .request,
+                                               identifier: "1", saleID: "INTRUDER", poiID: "SIM-00000001")
+            let frame = try PaymentFrame.encode(PaymentMessage(direction: .request, header: header, body: ["DateTime": "2026-11-01T10:00:05Z", "Ext": ext]).encoded)
+            let received = Locked<[UInt8]>([]), ended = Locked<Bool>(false)
+            let holder = Locked<TerminalStream?>(nil)
+            let opened: Bool = world.loop.sync {
+                guard let s = try? channel.openTerminalStream(port: port) else { return false }
+                holder.mutate { $0 = s }
+                s.onConnected = { s.send(frame) }
+                s.onData = { bytes in received.mutate { $0 += bytes } }
+                s.onEndOfStream = { ended.mutate { $0 = true } }
+                s.onClose = { _ in ended.mutate { $0 = true } }
+                return true
+            }
+            #expect(opened)
+            #expect(await world.eventually("the terminal ends the second connection") { ended.value })
+            world.loop.sync { holder.value?.close() }
+            var decoder = PaymentFrameDecoder()
+            return try decoder.feed(received.value).compactMap { try? PaymentMessage.decode($0) }
+        }
+
+        for token in [nil, String(repeating: "0", count: 32)] {
+            let answers = try await intrude(token: token)
+            let status = PaymentResponseStatus(json: answers.first?.body["Response"])
+            #expect(answers.count == 1 && answers.first?.header.category == .login && answers.first?.header.saleID == "INTRUDER")
+            #expect(status?.errorCondition == .busy && status?.value("reason") == "SessionInUse", "\(answers.map(\.encoded))")
+        }
+        #expect(world.terminal.loop.sync { world.terminal.core.refusedSecondHosts } == 2)
+        // The SDK never noticed: still connected, and its next payment goes through.
+        #expect(world.reader.isConnected && world.recorder.count("didDisconnect") == 0)
+        try world.presentCard()
+        let outcome = try await world.reader.startPayment(amountMinor: 1234, currency: .eur, transactionID: "7201")
+        #expect(outcome.result == .approved)
         await world.shutdown()
     }
 

@@ -75,11 +75,12 @@ final class PaymentWorld: @unchecked Sendable {
         t.core.updatePublicKey = try Ed25519.publicKey(privateKey: signingKey)
         t.core.rebootDuration = .milliseconds(500)
         t.core.transmitTimeout = .seconds(3)
+        t.controlPath = directory + "/control"
         terminalSetup(&t)
         terminal = TerminalSimulator(configuration: t, loop: terminalLoop)
         terminal.recordsReaderBytes = true
         try terminal.start()
-        control = try TerminalControl(port: terminal.controlEndpoint!.port)
+        control = try TerminalControl(path: terminal.controlPath!)
         // With a relay, the host's proxy lets the terminal reach only the relay.
         configuration = ReaderConnectionConfiguration(locationID: "tml_test_1", gateway: relay?.endpoint ?? gatewayEndpoint)
         configuration.readerPort = t.readerPort
@@ -112,6 +113,7 @@ final class PaymentWorld: @unchecked Sendable {
         t.core.updatePublicKey = terminal.configuration.core.updatePublicKey
         t.readerPort = configuration.readerPort
         t.rssi = rssi
+        t.controlPath = directory + "/" + serial + ".control"
         setup(&t)
         let sim = TerminalSimulator(configuration: t, loop: terminalLoop)
         try sim.start()
@@ -204,7 +206,7 @@ final class FrameRelay: @unchecked Sendable {
         if let error { throw error }
     }
 
-    var endpoint: TCPEndpoint { loop.sync { listener!.endpoint } }
+    var endpoint: TCPEndpoint { loop.sync { listener!.endpoint! } }
     var requests: [JSONValue] { loop.sync { seen.compactMap { try? JSONParser.parse($0) } } }
     var forged: Int { loop.sync { rewritten } }
 

@@ -5,10 +5,19 @@ import Testing
 let now = WallTime(rfc3339: "2026-11-01T10:00:00Z")!
 
 func fields(_ id: String = "0001ABC", amount: Int64 = 1050, cvm: String = "OnlinePIN", type: String = "Normal",
-            original: String? = nil) -> TerminalSecurity.AuthoriseFields {
-    .init(merchantID: "999008881", terminalID: "001", environment: "int", transactionID: id, amountMinor: amount,
-          currencyNumeric: "978", paymentType: type, entryMode: "ICC", cvm: cvm, originalOperationID: original)
+            original: String? = nil, token: String = "", merchant: String = "999008881") -> TerminalSecurity.AuthoriseFields {
+    .init(merchantID: merchant, terminalID: "001", environment: "int", transactionID: id, amountMinor: amount,
+          currencyNumeric: "978", paymentType: type, entryMode: "ICC", cvm: cvm, originalOperationID: original, sessionToken: token)
 }
+
+/// A merchant session at `gw` (the default merchant unless told): its token.
+func session(_ gw: GatewayCore, user: String = "merchant", password: String = "secret", licence: String = "LIC-TEST-0001") throws -> String {
+    try #require(try ask(gw, ["Type": "Login", "Environment": "int", "Licence": .string(licence), "User": .string(user),
+                              "Password": .string(password)])?["SessionToken"]?.string)
+}
+
+/// Six digits.
+func isApprovalCode(_ s: String?) -> Bool { s.map { $0.utf8.count == 6 && $0.utf8.allSatisfy { (0x30...0x39).contains($0) } } ?? false }
 
 let testCard = CardData(pan: "4111111111111111", expiry: "3012", serviceCode: "201")
 
@@ -24,22 +33,24 @@ func ask(_ gw: GatewayCore, _ request: JSONValue) throws -> JSONValue? {
         var keys = try terminal.nextTransaction()
         #expect(keys.ksn.description == "123456789012345600000001")
         #expect(terminal.transactionsRemaining == 2_448_023_841)
-        let request = try terminal.authorise(fields(), card: testCard, pin: "1234", keys: keys)
+        let gw = GatewayCore(configuration: .testKeys)
+        let token = try session(gw)
+        let request = try terminal.authorise(fields(token: token), card: testCard, pin: "1234", keys: keys)
+        // The ciphertexts are the published vectors (D); the MAC covers our length-prefixed
+        // encoding (docs/PAYMENTS.md), so it is not E3's: VectorTests checks E3 and E4 themselves.
         #expect(request["EncCardData"]?.string == "87D45DC64A786FCC6B44187CFD2DFA79B7FFCE3DE57D30ED96F2C549B03B126733DEEDD3F3ED3BDD7E13E04C97E3BD7F")
         #expect(request["EncPinBlock"]?.string == "A912150391AB65A67E52883D81CE2D15")
-        #expect(request["MAC"]?.string == "B88DCAB3D757EFCE0E3C469B24502092")
+        #expect(request["MAC"]?.string != "B88DCAB3D757EFCE0E3C469B24502092")
         // No clear PAN or PIN anywhere in what leaves the terminal.
         let wire = request.text
         #expect(!wire.contains("4111111111111111") && !wire.contains("1234\""))
 
-        let gw = GatewayCore(configuration: .testKeys)
         let answer = try #require(try ask(gw, request))
         #expect(answer["Result"]?.string == "approved")
-        #expect(answer["OperationID"]?.string == "OP-000001")
-        #expect(answer["ApprovalCode"]?.string == "000001")
+        let operation = try #require(answer["OperationID"]?.string)
+        #expect(operation.hasPrefix("OP-") && operation.utf8.count == 19)
+        #expect(isApprovalCode(answer["ApprovalCode"]?.string))
         #expect(answer["AuthenticatedByPin"]?.bool == true)
-        #expect(GatewayCanonical.authoriseResult(answer) == "v1|OP-000001|approved|00|000001|true|false|1050|978|123456789012345600000001|0001ABC")
-        #expect(answer["MAC"]?.string == "51EF28CA2D07956892AEC4E8E3775D6A")
         #expect(TerminalSecurity.verifyResponse(answer, canonical: GatewayCanonical.authoriseResult(answer), keys: keys))
 
         // A forged approval (any field changed) fails the terminal's check: 4006 there.
@@ -62,8 +73,11 @@ func ask(_ gw: GatewayCore, _ request: JSONValue) throws -> JSONValue? {
     @Test func tamperingUnknownKeysAndCountersAreRefusedBeforeDecrypting() throws {
         var terminal = TerminalSecurity.testDevice()
         let gw = GatewayCore(configuration: .testKeys)
+        let token = try session(gw)
         let keys = try terminal.nextTransaction()
-        let request = try terminal.authorise(fields(), card: testCard, pin: "1234", keys: keys)
+        let request = try terminal.authorise(fields(token: token), card: testCard, pin: "1234", keys: keys)
+        // The session token is MACed too: another one (another merchant's) does not verify.
+        #expect(try ask(gw, request.setting("SessionToken", .string(try session(gw))))?["Error"]?.string == "4001")
         // A flipped ciphertext bit: MAC failure (4001), and the counter is not consumed.
         var cipher = Array(request["EncCardData"]!.string!)
         cipher[0] = cipher[0] == "8" ? "9" : "8"
@@ -74,7 +88,7 @@ func ask(_ gw: GatewayCore, _ request: JSONValue) throws -> JSONValue? {
         let stranger = TerminalSecurity(initialKey: [UInt8](repeating: 1, count: 16), initialKeyID: Hex.decode("AABBCCDD00000001")!)
         var s = stranger
         let sk = try s.nextTransaction()
-        #expect(try ask(gw, try s.authorise(fields(), card: testCard, pin: "1234", keys: sk))?["Error"]?.string == "4003")
+        #expect(try ask(gw, try s.authorise(fields(token: token), card: testCard, pin: "1234", keys: sk))?["Error"]?.string == "4003")
         // An invalid counter (17 bits) and a malformed KSN.
         #expect(try ask(gw, request.setting("KSN", "12345678901234560001FFFF"))?["Error"]?.string == "4004")
         #expect(try ask(gw, request.setting("KSN", "XYZ"))?["Error"]?.string == "2012")
@@ -83,16 +97,20 @@ func ask(_ gw: GatewayCore, _ request: JSONValue) throws -> JSONValue? {
         let k1 = try t2.nextTransaction()
         let k2 = try t2.nextTransaction()
         let gw2 = GatewayCore(configuration: .testKeys)
-        let late = try t2.authorise(fields("0002"), card: testCard, pin: "1234", keys: k1)
-        #expect(try ask(gw2, try t2.authorise(fields("0003"), card: testCard, pin: "1234", keys: k2))?["Result"]?.string == "approved")
+        let token2 = try session(gw2)
+        let late = try t2.authorise(fields("0002", token: token2), card: testCard, pin: "1234", keys: k1)
+        #expect(try ask(gw2, try t2.authorise(fields("0003", token: token2), card: testCard, pin: "1234", keys: k2))?["Result"]?.string == "approved")
         #expect(try ask(gw2, late)?["Error"]?.string == "4002")
     }
 
     @Test func deterministicDecisions() throws {
         var terminal = TerminalSecurity.testDevice()
         let gw = GatewayCore(configuration: .testKeys)
+        let token = try session(gw)
         func run(_ f: TerminalSecurity.AuthoriseFields, pin: String = "1234", card: CardData? = testCard) throws -> JSONValue? {
             let keys = try terminal.nextTransaction()
+            var f = f
+            f.sessionToken = token
             let answer = try ask(gw, try terminal.authorise(f, card: card, pin: pin, keys: keys))
             if let answer, answer["Result"]?.string != "error" {
                 #expect(TerminalSecurity.verifyResponse(answer, canonical: GatewayCanonical.authoriseResult(answer), keys: keys))
@@ -108,21 +126,22 @@ func ask(_ gw: GatewayCore, _ request: JSONValue) throws -> JSONValue? {
         #expect(expired?["ResponseCode"]?.string == "54")
         let signed = try #require(try run(fields("1006", amount: 2000, cvm: "Signature")))
         #expect(signed["Result"]?.string == "approved" && signed["SignatureRequired"]?.bool == true)
-        #expect(signed["ApprovalCode"]?.string == "000001")
+        #expect(isApprovalCode(signed["ApprovalCode"]?.string))
         let op = signed["OperationID"]!.string!
         // Refunds by operation: within the original, exceeding it, unknown.
         #expect(try run(fields("1007", amount: 500, cvm: "NoCVM", type: "Refund", original: op), card: nil)?["Result"]?.string == "approved")
         #expect(try run(fields("1008", amount: 1600, cvm: "NoCVM", type: "Refund", original: op), card: nil)?["Error"]?.string == "3007")
         #expect(try run(fields("1009", amount: 100, cvm: "NoCVM", type: "Refund", original: "OP-999999"), card: nil)?["Error"]?.string == "3008")
-        #expect(try run(fields("1010", amount: 1500, cvm: "NoCVM", type: "Refund", original: op), card: nil)?["ApprovalCode"]?.string == "000003")
+        let last = try run(fields("1010", amount: 1500, cvm: "NoCVM", type: "Refund", original: op), card: nil)
+        #expect(isApprovalCode(last?["ApprovalCode"]?.string) && last?["ApprovalCode"] != signed["ApprovalCode"])
 
         // Signature intake: session, magic bytes, hash.
         let login = try #require(try ask(gw, ["Type": "Login", "Environment": "int", "Licence": "LIC-TEST-0001", "User": "merchant", "Password": "secret"]))
         #expect(login["MerchantID"]?.string == "999008881")
-        let token = login["SessionToken"]!
+        let signingSession = login["SessionToken"]!
         let gif = Array("GIF89a".utf8) + [UInt8](repeating: 7, count: 40)
         func sign(_ image: [UInt8], _ format: Int64) throws -> JSONValue? {
-            try ask(gw, ["Type": "Signature", "SessionToken": token, "OperationID": .string(op), "ImageFormat": .integer(format),
+            try ask(gw, ["Type": "Signature", "SessionToken": signingSession, "OperationID": .string(op), "ImageFormat": .integer(format),
                          "Image": .string(Base64.encode(image)), "SHA256": .string(Hex.encode(Digest.hash(.sha256, image)!))])
         }
         #expect(try sign(gif, 1)?["Error"]?.string == "2008")
@@ -135,17 +154,18 @@ func ask(_ gw: GatewayCore, _ request: JSONValue) throws -> JSONValue? {
     @Test func reversalIsMACedBothWays() throws {
         var terminal = TerminalSecurity.testDevice()
         let gw = GatewayCore(configuration: .testKeys)
+        let token = try session(gw)
         let keys = try terminal.nextTransaction()
-        let approved = try #require(try ask(gw, try terminal.authorise(fields(cvm: "Signature"), card: testCard, pin: nil, keys: keys)))
+        let approved = try #require(try ask(gw, try terminal.authorise(fields(cvm: "Signature", token: token), card: testCard, pin: nil, keys: keys)))
         let op = approved["OperationID"]!.string!
         let rk = try terminal.nextTransaction()
-        let reversal = try terminal.reverse(operationID: op, reason: "MerchantCancel", keys: rk)
+        let reversal = try terminal.reverse(operationID: op, reason: "MerchantCancel", sessionToken: token, keys: rk)
         #expect(try ask(gw, reversal.setting("Reason", "Malfunction"))?["Error"]?.string == "4001")
         let answer = try #require(try ask(gw, reversal))
         #expect(answer["Result"]?.string == "ok" && answer["ReversedAmountMinor"]?.integer == 1050)
         #expect(TerminalSecurity.verifyResponse(answer, canonical: GatewayCanonical.reverseResult(answer), keys: rk))
         let again = try terminal.nextTransaction()
-        #expect(try ask(gw, try terminal.reverse(operationID: op, reason: "MerchantCancel", keys: again))?["Result"]?.string == "error")
+        #expect(try ask(gw, try terminal.reverse(operationID: op, reason: "MerchantCancel", sessionToken: token, keys: again))?["Result"]?.string == "error")
     }
 
     @Test func updatesAreOfferedInChunksAndVerified() throws {

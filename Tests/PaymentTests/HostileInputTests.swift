@@ -113,6 +113,8 @@ import Testing
         var gatewayRequests: [[UInt8]] = []
         let wall: WallTime
         var serviceID = 1
+        /// The merchant's gateway session, which the host's login hands the terminal.
+        let sessionToken: String
 
         init(wall: WallTime) {
             self.wall = wall
@@ -120,6 +122,8 @@ import Testing
             let core = GatewayCore(configuration: .testKeys)
             gw = core
             gateway = { core.handle($0, now: wall) }
+            let login: JSONValue = ["Type": "Login", "Environment": "int", "Licence": "LIC-TEST-1", "User": "merchant", "Password": "secret"]
+            sessionToken = core.handle(login.serialized, now: wall).flatMap { try? JSONParser.parse($0) }?["SessionToken"]?.string ?? ""
             t.hostDidConnect(now: now)
         }
 
@@ -158,7 +162,8 @@ import Testing
         }
 
         func login(ext: JSONValue = [:]) -> PaymentResponseStatus? {
-            var e: JSONValue = ["LocationID": "tml_1", "Environment": "int", "MerchantID": "999008881", "TerminalID": "001"]
+            var e: JSONValue = ["LocationID": "tml_1", "Environment": "int", "MerchantID": "999008881", "TerminalID": "001",
+                                "SessionToken": .string(sessionToken)]
             if case .object(let pairs) = ext { for (k, v) in pairs { e = e.setting(k, v) } }
             return PaymentResponseStatus(json: send(request(.login, body: ["DateTime": "2026-11-01T10:00:05Z", "Ext": e])).first?.body["Response"])
         }

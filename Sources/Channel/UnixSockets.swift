@@ -1,0 +1,128 @@
+import CSystem
+import Glibc
+import NetStack
+
+/// Unix-domain stream sockets for control interfaces: reachable only through the file system,
+/// so who may connect is the socket file's mode and its directory's, not every local process
+/// (as with a TCP port on 127.0.0.1).
+public enum UnixSocket {
+    /// sun_path holds 108 bytes with the terminating NUL.
+    static let maximumPathLength = 107
+
+    /// The directory for this user's sockets: `$XDG_RUNTIME_DIR/pppbridge`, else
+    /// `/tmp/pppbridge-UID`; made with mode 0700 when missing. A directory that exists must be
+    /// ours, a real directory (not a link), and closed to group and others, or it is refused:
+    /// anyone who can write there could replace our socket with theirs.
+    public static func runtimeDirectory() throws(SystemError) -> String {
+        let base: String
+        if let x = getenv("XDG_RUNTIME_DIR"), x.pointee != 0 {
+            base = String(cString: x) + "/pppbridge"
+        } else {
+            base = "/tmp/pppbridge-\(getuid())"
+        }
+        if mkdir(base, 0o700) != 0 && errno != EEXIST { throw SystemError("mkdir \(base)") }
+        try checkPrivate(directory: base)
+        return base
+    }
+
+    /// Throws unless `directory` is a directory owned by this user that group and others cannot
+    /// enter or write.
+    public static func checkPrivate(directory: String) throws(SystemError) {
+        var st = stat()
+        guard lstat(directory, &st) == 0 else { throw SystemError("stat \(directory)") }
+        guard st.st_mode & S_IFMT == S_IFDIR else { throw SystemError("\(directory) is not a directory", errno: ENOTDIR) }
+        guard st.st_uid == getuid() else { throw SystemError("\(directory) belongs to another user", errno: EPERM) }
+        guard st.st_mode & 0o077 == 0 else {
+            throw SystemError("\(directory) is open to group or others (mode 0\(String(st.st_mode & 0o777, radix: 8)))", errno: EPERM)
+        }
+    }
+
+    static func address(_ path: String) throws(SystemError) -> sockaddr_un {
+        let bytes = Array(path.utf8)
+        guard !bytes.isEmpty, bytes.count <= maximumPathLength, !bytes.contains(0) else {
+            throw SystemError("socket path \(path)", errno: ENAMETOOLONG)
+        }
+        var a = sockaddr_un()
+        a.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &a.sun_path) { p in
+            for (i, b) in bytes.enumerated() { p[i] = b }
+            p[bytes.count] = 0
+        }
+        return a
+    }
+
+    static func socket(nonBlocking: Bool) throws(SystemError) -> Int32 {
+        let flags = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | (nonBlocking ? Int32(SOCK_NONBLOCK.rawValue) : 0)
+        let fd = Glibc.socket(AF_UNIX, flags, 0)
+        guard fd >= 0 else { throw SystemError("socket") }
+        return fd
+    }
+
+    /// A listening socket at `path` with `mode` (0600: this user only). A socket file left there
+    /// by a process that is gone is replaced; one that answers is not (two programs would not
+    /// both be reachable), nor is anything that is not a socket.
+    static func listen(at path: String, mode: mode_t, backlog: Int32 = 16) throws(SystemError) -> Int32 {
+        var a = try address(path)
+        var st = stat()
+        if lstat(path, &st) == 0 {
+            guard st.st_mode & S_IFMT == S_IFSOCK else { throw SystemError("\(path) exists and is not a socket", errno: EEXIST) }
+            if let probe = try? connect(to: path) {
+                Glibc.close(probe)
+                throw SystemError("\(path): another program answers there", errno: EADDRINUSE)
+            }
+            unlink(path)
+        }
+        let fd = try socket(nonBlocking: true)
+        let bound = withUnsafePointer(to: &a) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard bound == 0 else {
+            let e = SystemError("bind \(path)")
+            Glibc.close(fd)
+            throw e
+        }
+        // bind(2) made the file with the process's umask; the mode is set before anyone is
+        // accepted (and the directory, 0700, keeps others out meanwhile).
+        guard chmod(path, mode) == 0, Glibc.listen(fd, backlog) == 0 else {
+            let e = SystemError("listen \(path)")
+            Glibc.close(fd)
+            unlink(path)
+            throw e
+        }
+        return fd
+    }
+
+    /// A blocking connection to the socket at `path` (for command-line clients).
+    public static func connect(to path: String) throws(SystemError) -> Int32 {
+        var a = try address(path)
+        let fd = try socket(nonBlocking: false)
+        let r = withUnsafePointer(to: &a) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard r == 0 else {
+            let e = SystemError("connect \(path)")
+            Glibc.close(fd)
+            throw e
+        }
+        return fd
+    }
+
+    /// The next pending client, non-blocking (as `HostSocket.accept`, without an address).
+    static func accept(_ listener: Int32) -> HostSocket.Accepted {
+        let fd = retryingOnInterrupt { accept4(listener, nil, nil, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)) }
+        guard fd >= 0 else {
+            switch errno {
+            case EMFILE, ENFILE, ENOBUFS, ENOMEM: return .outOfResources
+            default: return .none
+            }
+        }
+        return .client(fd, TCPEndpoint(IPv4Address(0, 0, 0, 0), 0))
+    }
+
+    /// The connecting process's user ID (SO_PEERCRED).
+    static func peerUser(_ fd: Int32) -> uid_t? {
+        var uid: UInt32 = 0
+        guard pppbridge_peer_uid(fd, &uid) == 0 else { return nil }
+        return uid
+    }
+}

@@ -1,0 +1,23 @@
+import Foundation
+import Glibc
+import Payment
+import PaymentKit
+import Testing
+
+/// Discovery believes only lines in a directory nobody else can write to.
+@Suite struct LineTrustTests {
+    @Test(arguments: [(0o700, true), (0o755, true), (0o770, false), (0o720, false), (0o777, false), (0o1777, false), (0o1770, false)])
+    func aDirectoryOthersCanWriteToIsNotTrusted(mode: Int, trusted: Bool) throws {
+        var template = Array("/tmp/pppbridge-trust-XXXXXX".utf8CString)
+        let directory = try #require(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }.map { String(cString: $0) })
+        defer { rmdir(directory) }
+        #expect(chmod(directory, mode_t(mode)) == 0)
+        do {
+            _ = try ReaderLines.scan(directory + "/*")
+            #expect(trusted, "mode 0\(String(mode, radix: 8)) was trusted")
+        } catch {
+            #expect(!trusted, "mode 0\(String(mode, radix: 8)) refused: \(error)")
+            #expect(error.code == .bluetoothDisabled)
+        }
+    }
+}
