@@ -285,7 +285,7 @@ public final class Channel: @unchecked Sendable {
     @discardableResult
     public func close() async -> ChannelCloseReason {
         await withCheckedContinuation { (c: CheckedContinuation<ChannelCloseReason, Never>) in
-            loop.sync {
+            loop.enqueue { [self] in
                 if state == .closed && !reopenRequested {
                     c.resume(returning: lastCloseReason ?? .closedByUs)
                     return

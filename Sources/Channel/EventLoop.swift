@@ -106,6 +106,35 @@ public final class EventLoop: @unchecked Sendable {
         }
     }
 
+    /// Runs `body` on the loop thread: at once when called there or when no thread runs the
+    /// loop, otherwise posted (the caller goes on; nothing waits). For async APIs that resume a
+    /// continuation from the loop.
+    public func enqueue(_ body: @escaping () -> Void) {
+        if inLoop || !isRunning { return body() }
+        let box = SyncBox(body)
+        execute {
+            box.body?()
+            box.body = nil
+        }
+    }
+
+    /// Runs `body` on the loop thread and returns its result without blocking the caller's
+    /// thread: the calling task is suspended until the loop has run it (which `sync`, waiting on a
+    /// semaphore, would do with a thread of the cooperative pool held). At once when called on the
+    /// loop's thread or when no thread runs the loop. What async APIs use.
+    public func perform<T>(_ body: @escaping () -> T) async -> T {
+        if inLoop || !isRunning { return body() }
+        let box = SyncBox(body)
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            execute {
+                box.result = box.body?()
+                box.body = nil
+                c.resume()
+            }
+        }
+        return box.result!
+    }
+
     // MARK: Descriptors (loop thread only)
 
     /// Watches `fd` for `events` (EPOLLIN, EPOLLOUT; errors and hang-ups always) and calls

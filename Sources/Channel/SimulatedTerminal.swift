@@ -99,7 +99,7 @@ public final class SimulatedTerminal: @unchecked Sendable {
     /// Waits for IPCP; nil when the link went down instead.
     public func waitUntilUp() async -> IPCPResult? {
         await withCheckedContinuation { (c: CheckedContinuation<IPCPResult?, Never>) in
-            loop.sync {
+            loop.enqueue { [self] in
                 if let result { c.resume(returning: result); return }
                 if down != nil { c.resume(returning: nil); return }
                 upWaiters.append { c.resume(returning: $0) }
@@ -114,7 +114,7 @@ public final class SimulatedTerminal: @unchecked Sendable {
     /// the other side closes.
     public func transfer(to target: TCPEndpoint, via socks: TCPEndpoint? = nil, name: String? = nil, payload: [UInt8]) async -> TransferResult {
         await withCheckedContinuation { (c: CheckedContinuation<TransferResult, Never>) in
-            loop.sync {
+            loop.enqueue { [self] in
                 transfers.begin(target: target, socks: socks, name: name, payload: payload, now: loop.now) { c.resume(returning: $0) }
                 attachment.serve(now: loop.now)
                 session.service(now: loop.now)
@@ -126,7 +126,7 @@ public final class SimulatedTerminal: @unchecked Sendable {
     /// datagram back on that port (a DNS query, for instance).
     public func exchangeDatagram(to target: TCPEndpoint, localPort: UInt16 = 5353, payload: [UInt8], timeout: Duration = .seconds(5)) async -> [UInt8]? {
         await withCheckedContinuation { (c: CheckedContinuation<[UInt8]?, Never>) in
-            loop.sync {
+            loop.enqueue { [self] in
                 transfers.exchange(to: target, localPort: localPort, payload: payload, deadline: loop.now + timeout, now: loop.now) { c.resume(returning: $0) }
                 session.service(now: loop.now)
             }
@@ -136,7 +136,7 @@ public final class SimulatedTerminal: @unchecked Sendable {
     /// Closes the link with LCP Terminate and waits until it is down.
     public func stop() async {
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            loop.sync {
+            loop.enqueue { [self] in
                 if down != nil { c.resume(); return }
                 let previous = session.onDown
                 session.onDown = { reason in

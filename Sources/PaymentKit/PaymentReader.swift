@@ -113,10 +113,11 @@ public final class PaymentReader: @unchecked Sendable {
     // MARK: Plumbing
 
     /// Runs `body` on the loop with a completion that resumes the caller exactly once.
-    private func run<T: Sendable>(_ body: (@escaping (Result<T, PaymentError>) -> Void) -> Void) async throws(PaymentError) -> T {
+    /// The caller's task is suspended meanwhile; no thread waits (`EventLoop.enqueue`).
+    private func run<T: Sendable>(_ body: @escaping (@escaping (Result<T, PaymentError>) -> Void) -> Void) async throws(PaymentError) -> T {
         let result = await withCheckedContinuation { (c: CheckedContinuation<Result<T, PaymentError>, Never>) in
             let once = Once(c)
-            loop.sync { body { once.resume($0) } }
+            loop.enqueue { body { once.resume($0) } }
         }
         return try result.get()
     }
@@ -143,7 +144,7 @@ public final class PaymentReader: @unchecked Sendable {
     /// logs in with the location, and installs a required update before returning.
     public func connect(path: String, serialNumber: String? = nil, configuration: ReaderConnectionConfiguration) async throws(PaymentError) {
         await previousLinkClosed()
-        let _: Bool = try await run { finish in
+        let _: Bool = try await run { [self] finish in
             connectOnLoop(path: path, serial: serialNumber, configuration: configuration) { r in finish(r.map { true }) }
         }
     }
@@ -151,7 +152,7 @@ public final class PaymentReader: @unchecked Sendable {
     /// Connects to a discovered reader; a discovery still running completes with it.
     public func connect(_ reader: DiscoveredReader, configuration: ReaderConnectionConfiguration) async throws(PaymentError) {
         await previousLinkClosed()
-        let _: Bool = try await run { finish in
+        let _: Bool = try await run { [self] finish in
             // Discovery hands over to connecting directly (no idle state in between); a connect
             // refused at once leaves the discovery running.
             if discovery != nil {
@@ -270,7 +271,7 @@ public final class PaymentReader: @unchecked Sendable {
     /// A link given up (a failed login, a rejected pairing) may still be saying goodbye on the
     /// line; a new one on the same line waits until it is down.
     private func previousLinkClosed() async {
-        guard let previous = loop.sync({ link == nil && stateValue.isIdle && episode == nil && install == nil ? lastChannel : nil }) else { return }
+        guard let previous = await loop.perform({ [self] in link == nil && stateValue.isIdle && episode == nil && install == nil ? lastChannel : nil }) else { return }
         await previous.close()
     }
 
@@ -428,7 +429,7 @@ public final class PaymentReader: @unchecked Sendable {
     /// (unless their configuration carries one). Returns the merchant ID.
     @discardableResult
     public func login(gateway: TCPEndpoint, environment: String, licence: String, user: String, password: String) async throws(PaymentError) -> String {
-        let _: Bool = try await run { finish in
+        let _: Bool = try await run { [self] finish in
             if busy(finish) { return }
             setState(.login)
             finish(.success(true))
@@ -437,14 +438,14 @@ public final class PaymentReader: @unchecked Sendable {
             let answer = try await GatewayClient.login(gateway: gateway, environment: environment, licence: licence, user: user,
                                                        password: password, loop: loop)
             let merchant = answer["MerchantID"]?.string ?? ""
-            loop.sync {
+            await loop.perform { [self] in
                 sessionToken = answer["SessionToken"]?.string
                 gatewayMerchantID = PaymentRules.isDigits(merchant, 9...9) ? merchant : nil
                 setState(.ready)
             }
             return merchant
         } catch {
-            loop.sync { setState(.failed(error.code)) }
+            await loop.perform { [self] in setState(.failed(error.code)) }
             throw error
         }
     }
@@ -456,7 +457,7 @@ public final class PaymentReader: @unchecked Sendable {
     /// scan's timeout (`discoveryTimedOut`) or on `cancel()` (`canceled`).
     @discardableResult
     public func discoverReaders(_ configuration: DiscoveryConfiguration, pattern: String = ReaderLines.defaultPattern) async throws(PaymentError) -> DiscoveredReader? {
-        try await run { finish in
+        try await run { [self] finish in
             if busy(finish) { return }
             do throws(PaymentError) { _ = try ReaderLines.scan(pattern) } catch {
                 setState(.failed(error.code))
@@ -507,7 +508,7 @@ public final class PaymentReader: @unchecked Sendable {
 
     /// Logs out and closes the link (reason disconnectRequested).
     public func disconnect() async {
-        let l: ReaderLink? = loop.sync {
+        let l: ReaderLink? = await loop.perform { [self] in
             explicitDisconnect = true
             if let e = episode { endEpisode(e.id, .failure(PaymentError(.connectionLost, "disconnected"))) }
             guard let l = link else { return nil }
@@ -519,7 +520,7 @@ public final class PaymentReader: @unchecked Sendable {
         guard let l else { return }
         try? await Task.sleep(for: .milliseconds(50))
         await l.close()
-        loop.sync {
+        await loop.perform { [self] in
             failInFlight(PaymentError(.connectionLost, "disconnected"))
             delegate?.reader(self, didDisconnect: .disconnectRequested)
             if !stateValue.isIdle { setState(.ready) }
@@ -609,7 +610,7 @@ public final class PaymentReader: @unchecked Sendable {
 
     /// A payment of `amountMinor` minor units. Declines come back as outcomes; failures throw.
     public func startPayment(amountMinor: Int64, currency: Currency, transactionID: String) async throws(PaymentError) -> PaymentOutcome {
-        try await run { finish in paymentOnLoop(type: "Normal", amount: amountMinor, currency: currency, transactionID: transactionID, original: nil, finish: finish) }
+        try await run { [self] finish in paymentOnLoop(type: "Normal", amount: amountMinor, currency: currency, transactionID: transactionID, original: nil, finish: finish) }
     }
 
     /// The same with the amount as decimal text ("10.50"), parsed exactly in the currency's exponent.
@@ -631,7 +632,7 @@ public final class PaymentReader: @unchecked Sendable {
     /// A refund referencing an earlier operation by its operation ID or by the authorisation
     /// code on its receipt (no card needed).
     public func startRefund(amountMinor: Int64, currency: Currency, transactionID: String, originalOperationID: String) async throws(PaymentError) -> PaymentOutcome {
-        try await run { finish in paymentOnLoop(type: "Refund", amount: amountMinor, currency: currency, transactionID: transactionID, original: originalOperationID, finish: finish) }
+        try await run { [self] finish in paymentOnLoop(type: "Refund", amount: amountMinor, currency: currency, transactionID: transactionID, original: originalOperationID, finish: finish) }
     }
 
     private func paymentOnLoop(type: String, amount: Int64, currency: Currency, transactionID: String, original: String?,
@@ -750,7 +751,7 @@ public final class PaymentReader: @unchecked Sendable {
 
     /// Sends the customer's signature for the approved payment waiting in `signature` state.
     public func submitSignature(image: [UInt8], format: Int) async throws(PaymentError) {
-        let _: Bool = try await run { finish in
+        let _: Bool = try await run { [self] finish in
             guard stateValue == .signature, let outcome = lastOutcome, let c = configuration else {
                 return finish(.failure(PaymentError(.busy, "no payment waits for a signature")))
             }
@@ -777,7 +778,7 @@ public final class PaymentReader: @unchecked Sendable {
 
     /// The customer would not sign: the payment is reversed.
     public func declineSignature() async throws(PaymentError) -> PaymentOutcome {
-        try await run { finish in
+        try await run { [self] finish in
             guard stateValue == .signature, let outcome = lastOutcome, let l = link else {
                 return finish(.failure(PaymentError(.busy, "no payment waits for a signature")))
             }
@@ -787,7 +788,7 @@ public final class PaymentReader: @unchecked Sendable {
 
     /// Reverses an approved payment of this session (void).
     public func reverse(_ outcome: PaymentOutcome, reason: String = "MerchantCancel") async throws(PaymentError) -> PaymentOutcome {
-        try await run { finish in
+        try await run { [self] finish in
             if busy(finish) { return }
             guard let l = link else { return finish(.failure(PaymentError(.notConnected))) }
             setState(.authorizing)
@@ -824,7 +825,7 @@ public final class PaymentReader: @unchecked Sendable {
 
     /// Reboots the reader (idle only). It disconnects with `rebootRequested`; no reconnect.
     public func rebootReader() async throws(PaymentError) {
-        let _: Bool = try await run { finish in
+        let _: Bool = try await run { [self] finish in
             if busy(finish) { return }
             guard let l = link else { return finish(.failure(PaymentError(.notConnected))) }
             l.request(.admin, body: ["ServiceIdentification": "Reboot"], answer: { response in
@@ -839,7 +840,7 @@ public final class PaymentReader: @unchecked Sendable {
 
     /// Asks the reader for its state; with `host` it also pings the gateway through the proxy.
     public func diagnose(host: Bool = false) async throws(PaymentError) -> JSONValue {
-        try await run { finish in
+        try await run { [self] finish in
             guard let l = link else { return finish(.failure(PaymentError(.notConnected))) }
             l.request(.diagnosis, body: ["HostDiagnosisFlag": .bool(host)], answer: { finish(.success($0.body)) },
                       ifLost: { finish(.failure(PaymentError(.connectionLost, "the reader went away"))) })
@@ -848,7 +849,7 @@ public final class PaymentReader: @unchecked Sendable {
 
     /// Installs the optional update the reader offered; returns when the reader runs it.
     public func installAvailableUpdate() async throws(PaymentError) {
-        let _: Bool = try await run { finish in
+        let _: Bool = try await run { [self] finish in
             if busy(finish) { return }
             guard link != nil, let offer else { return finish(.failure(PaymentError(.notConnected, "no update available"))) }
             startInstall(offer, duringConnect: nil) { finish($0.map { true }) }
@@ -1131,7 +1132,7 @@ public enum GatewayClient {
                              loop: EventLoop = .shared) async throws(PaymentError) -> JSONValue {
         let answer = await withCheckedContinuation { (c: CheckedContinuation<JSONValue?, Never>) in
             let once = Once(c)
-            loop.sync {
+            loop.enqueue {
                 exchange(["Type": "Login", "Environment": .string(environment), "Licence": .string(licence), "User": .string(user),
                           "Password": .string(password)], with: gateway, loop: loop, timeout: .seconds(10), observer: nil) { once.resume($0) }
             }

@@ -221,7 +221,7 @@ final class ReaderLink {
 
     /// Closes politely and waits for the link to be down.
     func close() async {
-        loop.sync { teardown() }
+        await loop.perform { [self] in teardown() }
         await channel.close()
     }
 }

@@ -142,13 +142,13 @@ public final class TerminalSimulator: @unchecked Sendable {
 
     /// Waits for the current boot's link to come up.
     public func waitUntilUp() async -> IPCPResult? {
-        guard let t = loop.sync({ terminal }) else { return nil }
+        guard let t = await loop.perform({ [self] in terminal }) else { return nil }
         return await t.waitUntilUp()
     }
 
     /// Powers down for good: the link is closed, the control socket too.
     public func stop() async {
-        let t: SimulatedTerminal? = loop.sync {
+        let t: SimulatedTerminal? = await loop.perform { [self] in
             stopped = true
             if configuration.advertises { ReaderLines.withdraw(path: configuration.linkPath) }
             if let restartTimer { loop.cancelTimer(restartTimer) }

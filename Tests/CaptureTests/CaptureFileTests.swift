@@ -143,8 +143,8 @@ func fileMode(_ path: String) -> mode_t {
         #expect(contains(kept.pcap, SecretMaskingTests.secret) && contains(kept.record, SecretMaskingTests.secret))
     }
 
-    @Test func maskedPAPDecodesInTshark() throws {
-        guard !ExternalTool.skipUnlessPresent("tshark") else { print("skipped: tshark not installed"); return }
+    @Test(.enabled(if: ExternalTool.present("tshark"), "tshark is not installed (Tools/install-deps.sh test installs it)"))
+    func maskedPAPDecodesInTshark() throws {
         let scratch = try ScratchDirectory()
         _ = try writeCaptures(masking: SecretMasker(), in: scratch)
         let tshark = try #require(ExternalTool.find("tshark"))

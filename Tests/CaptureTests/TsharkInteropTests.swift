@@ -40,9 +40,8 @@ import Testing
         return (out, rows)
     }
 
-    @Test(arguments: Traces.all)
+    @Test(.enabled(if: ExternalTool.present("tshark"), "tshark is not installed (Tools/install-deps.sh test installs it)"), arguments: Traces.all)
     func tsharkDecodesOurPcap(name: String) throws {
-        guard !ExternalTool.skipUnlessPresent("tshark") else { return }
         let trace = try Traces.load(name)
         let scratch = try ScratchDirectory()
         let usesVJ = trace.frames.contains { $0.frame.protocol == ProtocolNumber.vjCompressedTCP || $0.frame.protocol == ProtocolNumber.vjUncompressedTCP }
@@ -118,9 +117,8 @@ import Testing
         }
     }
 
-    @Test(arguments: Traces.all)
+    @Test(.enabled(if: ExternalTool.present("tcpdump"), "tcpdump is not installed (Tools/install-deps.sh test installs it)"), arguments: Traces.all)
     func tcpdumpReadsOurPcap(name: String) throws {
-        guard !ExternalTool.skipUnlessPresent("tcpdump") else { return }
         let trace = try Traces.load(name)
         let scratch = try ScratchDirectory()
         let out = scratch.path + "/out.pcap"

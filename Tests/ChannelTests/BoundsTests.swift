@@ -160,7 +160,7 @@ struct BoundsTests {
                 written += burst.count
             } else {
                 terminal.turn(reading: false)
-                usleep(500)
+                try await Task.sleep(for: .microseconds(500))
             }
         }
         let flooded = channel.status.lineQueue
@@ -509,7 +509,7 @@ extension BoundsTests {
         while monotonicNow() < wait {
             terminal.turn(reading: false)
             queuedDuringWait = min(queuedDuringWait, channel.status.lineQueue.queued)
-            usleep(5000)
+            try await Task.sleep(for: .milliseconds(5))
         }
         try #require(queuedDuringWait >= 64 * 1024, "the pty took the replies; nothing waited in our queue")
 

@@ -17,12 +17,12 @@ import Testing
         let bridge = try BridgeProcess(["--pty", "--link", link, "--bridge", "host:\(port)", "--bridge", "local:\(Host.freePort())",
                                         "--keepalive", "60,10,5", "--no-dns-relay", "--status-json", status])
         defer { bridge.cleanUp() }
-        #expect(eventually(10) { FileManager.default.fileExists(atPath: link) }, "\(bridge.output)")
+        #expect(await eventually(10) { FileManager.default.fileExists(atPath: link) }, "\(bridge.output)")
         let terminal = try SimulatedTerminal(line: .device(link), echoPorts: [port])
         try terminal.start()
         let up = await terminal.waitUntilUp()
         #expect(up != nil)
-        #expect(eventually(10) { bridge.has("bridge host→terminal on port \(port)") }, "\(bridge.output)")
+        #expect(await eventually(10) { bridge.has("bridge host→terminal on port \(port)") }, "\(bridge.output)")
 
         let payload = Host.random(300_000, seed: 5)
         let r = try #require(await Host.exchange(TCPEndpoint(IPv4Address(127, 0, 0, 1), port), payload))
@@ -30,7 +30,7 @@ import Testing
 
         // The status file is rewritten every second.
         var json: [String: Any] = [:]
-        #expect(eventually(5) {
+        #expect(await eventually(5) {
             guard let d = FileManager.default.contents(atPath: status), let j = try? JSONSerialization.jsonObject(with: d) as? [String: Any],
                   let b = j["bridges"] as? [[String: Any]], (b.first?["bytes_to_host"] as? Int) == payload.count else { return false }
             json = j
@@ -47,8 +47,8 @@ import Testing
         #expect((json["bridges"] as? [[String: Any]])?.first?["refused"] as? Int == 0)
 
         // SIGTERM: Terminate on the line, exit 0; the terminal sees the peer end the link.
-        #expect(bridge.terminate() == 0)
-        #expect(eventually(5) { terminal.downReason != nil })
+        #expect(await bridge.terminate() == 0)
+        #expect(await eventually(5) { terminal.downReason != nil })
         await terminal.stop()
     }
 
@@ -62,11 +62,11 @@ import Testing
         defer { squatter.stop() }
         let bridge = try BridgeProcess(["--pty", "--link", link, "--bridge", "host:\(port)", "--no-dns-relay"])
         defer { bridge.cleanUp() }
-        #expect(eventually(10) { FileManager.default.fileExists(atPath: link) })
+        #expect(await eventually(10) { FileManager.default.fileExists(atPath: link) })
         let terminal = try SimulatedTerminal(line: .device(link))
         try terminal.start()
         // The link comes up, the bridge cannot start, the tool closes the link and says why.
-        #expect(bridge.waitForExit(20) == 7, "\(bridge.output)")
+        #expect(await bridge.waitForExit(20) == 7, "\(bridge.output)")
         #expect(bridge.has("bridge host:\(port): the bridge could not be initialised (its port is in use) (-4)"), "\(bridge.output)")
         await terminal.stop()
     }

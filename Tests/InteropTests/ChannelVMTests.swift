@@ -20,7 +20,7 @@ struct ChannelVMTests {
     }
 
     @Test func bridgesAndProxyWithPPPDAsTheTerminal() async throws {
-        let vm = try VMPeer(["-x", "noipv6"])
+        let vm = try await VMPeer(["-x", "noipv6"])
         defer { vm.stop() }
         let capture = NSTemporaryDirectory() + "pppbridge-channel-vm-\(UUID().uuidString.prefix(8)).pcap"
         defer { try? FileManager.default.removeItem(atPath: capture) }
@@ -35,7 +35,7 @@ struct ChannelVMTests {
         let channel = Channel(configuration: c)
         let a = try await channel.open()
         #expect(a.terminalIP == Self.guestAddress)
-        #expect(eventually(30) { vm.log.contains("VMPEER: LINK UP") }, "\(vm.log.suffix(1500))")
+        #expect(await eventually(30) { vm.log.contains("VMPEER: LINK UP") }, "\(vm.log.suffix(1500))")
 
         // host → terminal: a host client through the bridge to `nc -e cat` in the guest.
         let guestPort: UInt16 = 5000
@@ -58,7 +58,7 @@ struct ChannelVMTests {
         try channel.addBridge(.terminalToHost, port: hostPort)
         vm.guest("head -c 1048576 /dev/urandom > /tmp/u; busybox nc \(Self.local) \(hostPort) < /tmp/u > /tmp/v; "
                  + "echo \"VMPEER-T up $(sha256sum < /tmp/u | cut -c1-64) $(sha256sum < /tmp/v | cut -c1-64) $(wc -c < /tmp/v)\" > /dev/console")
-        #expect(eventually(180) { result(vm, "up") != nil }, "\(vm.log.suffix(1500))")
+        #expect(await eventually(180) { result(vm, "up") != nil }, "\(vm.log.suffix(1500))")
         if let r = result(vm, "up") {
             #expect(r.count == 3 && r[0] == r[1] && r[2] == "1048576", "\(r)")
             print("channel vm: terminal→host bridge from the guest's nc (half-close) to a host echo: \(r.joined(separator: " "))")
@@ -81,7 +81,7 @@ struct ChannelVMTests {
         // all-interfaces bridge to the same guest accepts one.
         if getuid() == 0 {
             let localPort = ports[0]  // hostToTerminalLocal
-            let outcome = try fromNamespace(allInterfacesPort: guestPort, localOnlyPort: localPort)
+            let outcome = try await fromNamespace(allInterfacesPort: guestPort, localOnlyPort: localPort)
             #expect(outcome.allInterfaces == "connected", "\(outcome)")
             #expect(outcome.localOnly == "refused", "\(outcome)")
             print("channel vm: from a network namespace: all-interfaces bridge \(outcome.allInterfaces), local-only bridge \(outcome.localOnly)")
@@ -93,7 +93,7 @@ struct ChannelVMTests {
         let request = octal([5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1] + hp)
         vm.guest("(printf '\(request)'; cat /tmp/u) | busybox nc \(a.ip) 1080 > /tmp/s; "
                  + "echo \"VMPEER-T socks $(head -c 12 /tmp/s | od -An -tx1 | tr -d ' \\n') $(tail -c +13 /tmp/s | sha256sum | cut -c1-64) $(sha256sum < /tmp/u | cut -c1-64)\" > /dev/console")
-        #expect(eventually(180) { result(vm, "socks") != nil }, "\(vm.log.suffix(1500))")
+        #expect(await eventually(180) { result(vm, "socks") != nil }, "\(vm.log.suffix(1500))")
         if let r = result(vm, "socks") {
             #expect(r.count == 3 && r[0].hasPrefix("0500050000017f000001") && r[1] == r[2], "\(r)")
             print("channel vm: guest SOCKS5 → 127.0.0.1:\(hostPort): reply \(r[0]), 1 MiB echoed equal \(r.count == 3 && r[1] == r[2])")
@@ -104,12 +104,12 @@ struct ChannelVMTests {
         defer { hold.stop() }
         let holdRequest = octal([5, 1, 0, 5, 1, 0, 1, 127, 0, 0, 1, UInt8(holdPort >> 8), UInt8(holdPort & 0xFF)])
         vm.guest("for i in 1 2 3 4 5; do ((printf '\(holdRequest)'; sleep 60) | busybox nc \(a.ip) 1080 > /dev/null &) ; done")
-        #expect(eventually(60) { channel.proxyConnections.count == 5 }, "\(channel.report())")
+        #expect(await eventually(60) { channel.proxyConnections.count == 5 }, "\(channel.report())")
         let open = channel.proxyConnections
         #expect(open.count == 5)
         #expect(open.allSatisfy { $0.keepAlive == KeepAliveSettings(idleSeconds: 45, probeIntervalSeconds: 9, probeCount: 6) }, "\(open)")
         vm.guest("(printf '\(holdRequest)'; sleep 5) | busybox nc \(a.ip) 1080 | od -An -tx1 | tr -d ' \\n' | sed 's/^/VMPEER-T sixth /' > /dev/console")
-        #expect(eventually(60) { result(vm, "sixth") != nil }, "\(vm.log.suffix(1000))")
+        #expect(await eventually(60) { result(vm, "sixth") != nil }, "\(vm.log.suffix(1000))")
         #expect(result(vm, "sixth")?.first == "050005010001000000000000", "\(result(vm, "sixth") ?? [])")
         print("channel vm: 5 proxied connections open with keep-alive \(open.first?.keepAlive.map { "\($0)" } ?? "-"); the sixth refused: \(result(vm, "sixth")?.first ?? "-")")
 
@@ -119,7 +119,7 @@ struct ChannelVMTests {
             // protocols registered there (GSM's IPA on 5000; SOCKS past the handshake on 1080),
             // so they are decoded as plain data and only our own layers are judged.
             let decodeAsData: [String] = [guestPort, hostPort, holdPort, 1080].flatMap { (p: UInt16) -> [String] in ["-d", "tcp.port==\(p),data"] }
-            let r = try runCommand(tshark, ["-r", capture] + decodeAsData + ["-Y", "_ws.malformed"], timeout: 120)
+            let r = try await runCommand(tshark, ["-r", capture] + decodeAsData + ["-Y", "_ws.malformed"], timeout: 120)
             let bad = r.output.split(whereSeparator: \.isNewline).filter { $0.first?.isWhitespace == true || $0.first?.isNumber == true }
             #expect(r.status == 0 && bad.isEmpty, "\(r.output.suffix(1500))")
         }
@@ -127,21 +127,21 @@ struct ChannelVMTests {
 
     /// Connects from a network namespace of our own (a veth pair to this one) to the host's
     /// veth address on both ports.
-    func fromNamespace(allInterfacesPort: UInt16, localOnlyPort: UInt16) throws -> (allInterfaces: String, localOnly: String) {
+    func fromNamespace(allInterfacesPort: UInt16, localOnlyPort: UInt16) async throws -> (allInterfaces: String, localOnly: String) {
         let ns = "pbch\(getpid() % 10000)"
         let hostSide = "pbh\(getpid() % 10000)", nsSide = "pbn\(getpid() % 10000)"
-        func ip(_ args: [String]) throws { _ = try runCommand("/sbin/ip", args, timeout: 20) }
-        try ip(["netns", "add", ns])
+        func ip(_ args: [String]) async throws { _ = try await runCommand("/sbin/ip", args, timeout: 20) }
+        try await ip(["netns", "add", ns])
         defer {
-            _ = try? runCommand("/sbin/ip", ["link", "del", hostSide], timeout: 20)
-            _ = try? runCommand("/sbin/ip", ["netns", "del", ns], timeout: 20)
+            runCommandBlocking("/sbin/ip", ["link", "del", hostSide], timeout: 20)
+            runCommandBlocking("/sbin/ip", ["netns", "del", ns], timeout: 20)
         }
-        try ip(["link", "add", hostSide, "type", "veth", "peer", "name", nsSide])
-        try ip(["link", "set", nsSide, "netns", ns])
-        try ip(["addr", "add", "10.231.0.1/30", "dev", hostSide])
-        try ip(["link", "set", hostSide, "up"])
-        try ip(["netns", "exec", ns, "ip", "addr", "add", "10.231.0.2/30", "dev", nsSide])
-        try ip(["netns", "exec", ns, "ip", "link", "set", nsSide, "up"])
+        try await ip(["link", "add", hostSide, "type", "veth", "peer", "name", nsSide])
+        try await ip(["link", "set", nsSide, "netns", ns])
+        try await ip(["addr", "add", "10.231.0.1/30", "dev", hostSide])
+        try await ip(["link", "set", hostSide, "up"])
+        try await ip(["netns", "exec", ns, "ip", "addr", "add", "10.231.0.2/30", "dev", nsSide])
+        try await ip(["netns", "exec", ns, "ip", "link", "set", nsSide, "up"])
         let script = """
         import socket, sys
         for port in sys.argv[1:]:
@@ -154,7 +154,7 @@ struct ChannelVMTests {
                 print(type(e).__name__)
             s.close()
         """
-        let r = try runCommand("/sbin/ip", ["netns", "exec", ns, "python3", "-c", script, String(allInterfacesPort), String(localOnlyPort)], timeout: 60)
+        let r = try await runCommand("/sbin/ip", ["netns", "exec", ns, "python3", "-c", script, String(allInterfacesPort), String(localOnlyPort)], timeout: 60)
         let lines = r.output.split(whereSeparator: \.isNewline).map(String.init).filter { !$0.isEmpty }
         return (lines.first ?? r.output, lines.dropFirst().first ?? r.output)
     }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 /// The package root (…/Tests/InteropTests/Harness.swift → …).
@@ -54,8 +55,16 @@ final class ChildProcess {
 
     var isRunning: Bool { poll() == nil }
 
-    func wait(_ timeout: TimeInterval) -> Int32? {
-        _ = eventually(timeout) { poll() != nil }
+    /// Waits for the exit without holding a thread: the task sleeps between polls.
+    func wait(_ timeout: TimeInterval) async -> Int32? {
+        _ = await eventually(timeout) { poll() != nil }
+        return poll()
+    }
+
+    /// The same on the caller's thread, for cleanup in a `defer` (a killed child exits at once).
+    func waitBlocking(_ timeout: TimeInterval) -> Int32? {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline, poll() == nil { usleep(10_000) }
         return poll()
     }
 
@@ -65,20 +74,31 @@ final class ChildProcess {
     func reap() {
         guard isRunning else { return }
         kill(pid, SIGKILL)
-        _ = wait(10)
+        _ = waitBlocking(10)
     }
 }
 
 /// Runs a command to completion with a time limit; stdout and stderr together.
-func runCommand(_ path: String, _ arguments: [String], timeout: TimeInterval) throws -> (status: Int32, output: String) {
+/// The task sleeps while the command runs; no test-runner thread is held.
+func runCommand(_ path: String, _ arguments: [String], timeout: TimeInterval) async throws -> (status: Int32, output: String) {
     let log = NSTemporaryDirectory() + "pppbridge-cmd-" + UUID().uuidString
     defer { try? FileManager.default.removeItem(atPath: log) }
     let child = try ChildProcess(path, arguments, output: log)
-    guard let status = child.wait(timeout) else {
+    guard let status = await child.wait(timeout) else {
         child.reap()
         throw InteropError("\(path) \(arguments.joined(separator: " ")) did not finish within \(Int(timeout)) s")
     }
     return (status, String(decoding: FileManager.default.contents(atPath: log) ?? Data(), as: UTF8.self))
+}
+
+/// `runCommand` for cleanup in a `defer`, which cannot wait asynchronously: the thread waits
+/// (for commands that return in a moment, like `ip netns del`).
+@discardableResult
+func runCommandBlocking(_ path: String, _ arguments: [String], timeout: TimeInterval) -> Int32? {
+    guard let child = try? ChildProcess(path, arguments, output: "/dev/null") else { return nil }
+    let status = child.waitBlocking(timeout)
+    if status == nil { child.reap() }
+    return status
 }
 
 struct InteropError: Error, CustomStringConvertible {
@@ -86,14 +106,24 @@ struct InteropError: Error, CustomStringConvertible {
     init(_ d: String) { description = d }
 }
 
-/// Polls `condition` until it holds or `timeout` passes; returns whether it held.
-func eventually(_ timeout: TimeInterval, _ condition: () -> Bool) -> Bool {
+/// Polls `condition` until it holds or `timeout` passes; returns whether it held. The task
+/// sleeps between polls (a thread of the test runner's pool is never held).
+func eventually(_ timeout: TimeInterval, _ condition: () -> Bool) async -> Bool {
     let deadline = Date().addingTimeInterval(timeout)
     while Date() < deadline {
         if condition() { return true }
-        usleep(50_000)
+        try? await Task.sleep(for: .milliseconds(50))
     }
     return condition()
+}
+
+/// Runs `body` on a thread of its own and waits for it without holding one of the test
+/// runner's: for blocking work with no async form. `body` records no issues (they could not be
+/// attributed to the test from there); it returns what the test then checks.
+func offThePool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { c in
+        Thread.detachNewThread { c.resume(returning: body()) }
+    }
 }
 
 /// Debian's pppd in a QEMU VM on a pty (Tools/vmpeer). Killed and cleaned up on `stop()`.
@@ -113,20 +143,27 @@ final class VMPeer {
     }()
 
     /// Builds the guest once per test run (build.sh returns at once when its cache is current).
-    static let built: Result<Void, InteropError> = {
-        do {
-            let r = try runCommand("/bin/bash", [packageRoot + "/Tools/vmpeer/build.sh"], timeout: 900)
-            return r.status == 0 ? .success(()) : .failure(InteropError("Tools/vmpeer/build.sh failed:\n\(r.output.suffix(2000))"))
-        } catch let e as InteropError {
-            return .failure(e)
-        } catch {
-            return .failure(InteropError("\(error)"))
-        }
-    }()
+    /// VM tests run one at a time, so one caller builds; the result is kept for the others.
+    private static let builtResult = Mutex<Result<Void, InteropError>?>(nil)
 
-    init(_ options: [String]) throws {
-        try VMPeer.built.get()
-        let r = try runCommand("/bin/bash", [packageRoot + "/Tools/vmpeer/run.sh", "-W", "120"] + options, timeout: 180)
+    static func built() async -> Result<Void, InteropError> {
+        if let r = builtResult.withLock({ $0 }) { return r }
+        let result: Result<Void, InteropError>
+        do {
+            let r = try await runCommand("/bin/bash", [packageRoot + "/Tools/vmpeer/build.sh"], timeout: 900)
+            result = r.status == 0 ? .success(()) : .failure(InteropError("Tools/vmpeer/build.sh failed:\n\(r.output.suffix(2000))"))
+        } catch let e as InteropError {
+            result = .failure(e)
+        } catch {
+            result = .failure(InteropError("\(error)"))
+        }
+        builtResult.withLock { $0 = result }
+        return result
+    }
+
+    init(_ options: [String]) async throws {
+        try await VMPeer.built().get()
+        let r = try await runCommand("/bin/bash", [packageRoot + "/Tools/vmpeer/run.sh", "-W", "120"] + options, timeout: 180)
         var values: [String: String] = [:]
         for line in r.output.split(separator: "\n") {
             guard let eq = line.firstIndex(of: "="), line.prefix(while: { $0.isUppercase || $0 == "_" }).count == line.distance(from: line.startIndex, to: eq) else { continue }
@@ -153,8 +190,9 @@ final class VMPeer {
         _ = line.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
     }
 
+    /// Kills the VM (blocking: it runs from `defer`; run.sh -k returns in a moment).
     func stop() {
-        _ = try? runCommand("/bin/bash", [packageRoot + "/Tools/vmpeer/run.sh", "-k", runDirectory], timeout: 30)
+        runCommandBlocking("/bin/bash", [packageRoot + "/Tools/vmpeer/run.sh", "-k", runDirectory], timeout: 30)
         try? FileManager.default.removeItem(atPath: runDirectory)
     }
 }
@@ -190,12 +228,19 @@ final class BridgeProcess {
     var isRunning: Bool { child.isRunning }
 
     /// SIGTERM, then waits for the exit status.
-    func terminate(timeout: TimeInterval = 15) -> Int32? {
+    func terminate(timeout: TimeInterval = 15) async -> Int32? {
         child.signal(SIGTERM)
-        return child.wait(timeout)
+        return await child.wait(timeout)
     }
 
-    func waitForExit(_ timeout: TimeInterval) -> Int32? { child.wait(timeout) }
+    func waitForExit(_ timeout: TimeInterval) async -> Int32? { await child.wait(timeout) }
+
+    /// `terminate` for cleanup in a `defer` (the thread waits).
+    @discardableResult
+    func terminateBlocking(timeout: TimeInterval = 15) -> Int32? {
+        child.signal(SIGTERM)
+        return child.waitBlocking(timeout)
+    }
 
     func cleanUp() {
         child.reap()

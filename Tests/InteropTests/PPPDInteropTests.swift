@@ -19,23 +19,23 @@ struct PPPDInteropTests {
     /// Boots pppd with `vmOptions`, starts `pppbridge run --device PTY ourOptions`, waits for
     /// IPCP on both sides, runs `body`, then closes everything.
     func withSession(vm vmOptions: [String], ours: [String], expectOpen: Bool = true,
-                     _ body: (Session) throws -> Void) throws {
-        let vm = try VMPeer(vmOptions)
+                     _ body: (Session) async throws -> Void) async throws {
+        let vm = try await VMPeer(vmOptions)
         defer { vm.stop() }
         let started = Date()
         let bridge = try BridgeProcess(["--device", vm.pty] + ours)
         defer { bridge.cleanUp() }
         var opened: TimeInterval = .infinity
         if expectOpen {
-            let ok = eventually(PPPDInteropTests.openWithin) { bridge.has("IPCP opened") && vm.log.contains("VMPEER: LINK UP") }
+            let ok = await eventually(PPPDInteropTests.openWithin) { bridge.has("IPCP opened") && vm.log.contains("VMPEER: LINK UP") }
             opened = Date().timeIntervalSince(started)
             print("pppd interop: IPCP opened on both sides \(String(format: "%.1f", opened)) s after attaching (VM boot \(vm.bootSeconds) s, pppd \(vmOptions.joined(separator: " ")))")
             #expect(ok, "IPCP did not open on both sides within \(PPPDInteropTests.openWithin) s (boot took \(vm.bootSeconds) s)\n--- pppbridge:\n\(bridge.output)\n--- pppd:\n\(vm.log.suffix(3000))")
             guard ok else { return }
         }
-        try body(Session(vm: vm, bridge: bridge, openedAfter: opened))
+        try await body(Session(vm: vm, bridge: bridge, openedAfter: opened))
         // Whatever happened, our capture of the live link decodes cleanly.
-        try expectCleanPcap(bridge)
+        try await expectCleanPcap(bridge)
     }
 
     /// pppd's own summary of the addresses it settled.
@@ -49,49 +49,49 @@ struct PPPDInteropTests {
         #expect(b.has("remote IP address \(remote)"), sourceLocation: sourceLocation)
     }
 
-    @Test func pppdAcceptsOurAddressesAndDNSAndSeesOurTerminate() throws {
-        try withSession(vm: ["-r", "client", "-x", "noipv6 usepeerdns"],
+    @Test func pppdAcceptsOurAddressesAndDNSAndSeesOurTerminate() async throws {
+        try await withSession(vm: ["-r", "client", "-x", "noipv6 usepeerdns"],
                         ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15", "--dns", "10.0.2.3"]) { s in
             expectPppdAddresses(s.vm, local: "10.0.2.15", remote: "10.0.2.2")
             expectOurAddresses(s.bridge, local: "10.0.2.2", remote: "10.0.2.15")
-            #expect(eventually(5) { s.vm.log.contains("primary   DNS address 10.0.2.3") }, "pppd did not take our DNS")
+            #expect(await eventually(5) { s.vm.log.contains("primary   DNS address 10.0.2.3") }, "pppd did not take our DNS")
             // SIGTERM: LCP Terminate on the line, pppd acknowledges it, we exit 0.
-            #expect(s.bridge.terminate() == 0)
-            #expect(eventually(5) { s.vm.log.contains("rcvd [LCP TermReq") && s.vm.log.contains("sent [LCP TermAck") },
+            #expect(await s.bridge.terminate() == 0)
+            #expect(await eventually(5) { s.vm.log.contains("rcvd [LCP TermReq") && s.vm.log.contains("sent [LCP TermAck") },
                     "pppd log:\n\(s.vm.log.suffix(1500))")
             #expect(s.bridge.has("link down: closed by us"))
         }
     }
 
-    @Test func pppdProposesBothAddresses() throws {
-        try withSession(vm: ["-r", "server", "-L", "10.0.2.15", "-R", "10.0.2.2", "-x", "noipv6 ms-dns 10.0.2.53"],
+    @Test func pppdProposesBothAddresses() async throws {
+        try await withSession(vm: ["-r", "server", "-L", "10.0.2.15", "-R", "10.0.2.2", "-x", "noipv6 ms-dns 10.0.2.53"],
                         ours: ["--role", "terminal"]) { s in
             expectPppdAddresses(s.vm, local: "10.0.2.15", remote: "10.0.2.2")
             expectOurAddresses(s.bridge, local: "10.0.2.2", remote: "10.0.2.15")
             // ms-dns: the terminal role asks and is given pppd's DNS server.
             #expect(s.bridge.has("primary   DNS address 10.0.2.53"), "pppbridge:\n\(s.bridge.output)")
-            #expect(s.bridge.terminate() == 0)
+            #expect(await s.bridge.terminate() == 0)
         }
     }
 
     /// The host role given no addresses, against a pppd that insists on its own pair (no
     /// accept options): like pppd, we take what the peer proposes, and both sides agree.
-    @Test func hostRoleWithoutAddressesTakesPppdsProposal() throws {
-        try withSession(vm: ["-r", "server", "-L", "10.0.2.15", "-R", "10.0.2.2", "-x", "noipv6"], ours: []) { s in
+    @Test func hostRoleWithoutAddressesTakesPppdsProposal() async throws {
+        try await withSession(vm: ["-r", "server", "-L", "10.0.2.15", "-R", "10.0.2.2", "-x", "noipv6"], ours: []) { s in
             expectPppdAddresses(s.vm, local: "10.0.2.15", remote: "10.0.2.2")
             expectOurAddresses(s.bridge, local: "10.0.2.2", remote: "10.0.2.15")
             #expect(!s.vm.log.contains("Refused our IP address"), "pppd log:\n\(s.vm.log.suffix(2000))")
-            #expect(s.bridge.terminate() == 0)
+            #expect(await s.bridge.terminate() == 0)
         }
     }
 
     /// Given addresses of our own against a pppd insisting on its pair, neither side can give
     /// in: the link ends at once with both sides' addresses named, exit 10, instead of an IPCP
     /// we would report opened with addresses pppd never took.
-    @Test func conflictingAddressesEndTheLinkNamingBothSides() throws {
-        try withSession(vm: ["-r", "server", "-L", "10.0.2.15", "-R", "10.0.2.2", "-x", "noipv6"],
+    @Test func conflictingAddressesEndTheLinkNamingBothSides() async throws {
+        try await withSession(vm: ["-r", "server", "-L", "10.0.2.15", "-R", "10.0.2.2", "-x", "noipv6"],
                         ours: ["--local-ip", "192.168.53.1", "--terminal-ip", "192.168.53.2"], expectOpen: false) { s in
-            let status = s.bridge.waitForExit(60)
+            let status = await s.bridge.waitForExit(60)
             #expect(status == 10, "pppbridge:\n\(s.bridge.output)")
             #expect(s.bridge.has("we insisted on 192.168.53.1 for us and 192.168.53.2 for the peer"), "pppbridge:\n\(s.bridge.output)")
             #expect(s.bridge.has("the peer insisted on 10.0.2.15 for itself and 10.0.2.2 for us"), "pppbridge:\n\(s.bridge.output)")
@@ -99,24 +99,24 @@ struct PPPDInteropTests {
         }
     }
 
-    @Test func asyncmapZeroMRU296AndNoVJ() throws {
-        try withSession(vm: ["-x", "noipv6 asyncmap 0 mru 296 novj"],
+    @Test func asyncmapZeroMRU296AndNoVJ() async throws {
+        try await withSession(vm: ["-x", "noipv6 asyncmap 0 mru 296 novj"],
                         ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15", "--novj"]) { s in
             // pppd's MRU 296 limits what we send; the map is 0 both ways.
             #expect(s.bridge.has("LCP opened: mru 1500/296, asyncmap rx 0x0 tx 0x0, pcomp, accomp"), "pppbridge:\n\(s.bridge.output)")
             #expect(!s.vm.log.contains("compress VJ"), "pppd asked for VJ despite novj")
             expectPppdAddresses(s.vm, local: "10.0.2.15", remote: "10.0.2.2")
-            #expect(s.bridge.terminate() == 0)
+            #expect(await s.bridge.terminate() == 0)
         }
     }
 
-    @Test func defaultAsyncmapWithoutHeaderCompression() throws {
-        try withSession(vm: ["-x", "noipv6 default-asyncmap nopcomp noaccomp"],
+    @Test func defaultAsyncmapWithoutHeaderCompression() async throws {
+        try await withSession(vm: ["-x", "noipv6 default-asyncmap nopcomp noaccomp"],
                         ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15"]) { s in
             // pppd neither asks for a map nor takes ours; nor any header compression.
             #expect(s.bridge.has("LCP opened: mru 1500/1500, asyncmap rx 0xffffffff tx 0xffffffff\n"), "pppbridge:\n\(s.bridge.output)")
             expectPppdAddresses(s.vm, local: "10.0.2.15", remote: "10.0.2.2")
-            #expect(s.bridge.terminate() == 0)
+            #expect(await s.bridge.terminate() == 0)
         }
     }
 
@@ -124,44 +124,44 @@ struct PPPDInteropTests {
     /// its secrets file.
     @Test(arguments: [("pap", "pap-secrets", "rcvd [PAP AuthReq id=0x1 user=\"pbuser\""),
                       ("chap", "chap-secrets", "rcvd [CHAP Response")])
-    func pppdRequiresUsToAuthenticate(method: String, secrets: String, request: String) throws {
-        try withSession(vm: ["-x", "noipv6 +\(method)"], ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15",
+    func pppdRequiresUsToAuthenticate(method: String, secrets: String, request: String) async throws {
+        try await withSession(vm: ["-x", "noipv6 +\(method)"], ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15",
                                                               "--user", "pbuser", "--password", "pb-secret"], expectOpen: false) { s in
             s.vm.guest("echo 'pbuser * pb-secret *' > /etc/ppp/\(secrets)")
-            let ok = eventually(20) { s.bridge.has("IPCP opened") && s.vm.log.contains("VMPEER: LINK UP") }
+            let ok = await eventually(20) { s.bridge.has("IPCP opened") && s.vm.log.contains("VMPEER: LINK UP") }
             #expect(ok, "pppbridge:\n\(s.bridge.output)\n--- pppd:\n\(s.vm.log.suffix(2500))")
             #expect(s.bridge.has("we authenticate with \(method == "pap" ? "pap" : "chap-md5")"))
             #expect(s.vm.log.contains(request), "pppd log:\n\(s.vm.log.suffix(2000))")
             #expect(s.vm.log.contains(method == "pap" ? "PAP peer authentication succeeded for pbuser" : "sent [CHAP Success"))
-            #expect(s.bridge.terminate() == 0)
+            #expect(await s.bridge.terminate() == 0)
         }
     }
 
-    @Test func weRequirePppdToAuthenticateWithPAP() throws {
-        try withSession(vm: ["-x", "noipv6 user vmpeer password vmpeer-secret"],
+    @Test func weRequirePppdToAuthenticateWithPAP() async throws {
+        try await withSession(vm: ["-x", "noipv6 user vmpeer password vmpeer-secret"],
                         ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15", "--require-pap", "--peer", "vmpeer:vmpeer-secret"]) { s in
             #expect(s.bridge.has("authentication succeeded (peer \"vmpeer\")"), "pppbridge:\n\(s.bridge.output)")
             #expect(s.vm.log.contains("PAP authentication succeeded"))
             expectPppdAddresses(s.vm, local: "10.0.2.15", remote: "10.0.2.2")
-            #expect(s.bridge.terminate() == 0)
+            #expect(await s.bridge.terminate() == 0)
         }
     }
 
-    @Test func wrongPAPSecretIsRefusedWithAReason() throws {
-        try withSession(vm: ["-x", "noipv6 user vmpeer password wrong"],
+    @Test func wrongPAPSecretIsRefusedWithAReason() async throws {
+        try await withSession(vm: ["-x", "noipv6 user vmpeer password wrong"],
                         ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15", "--require-pap", "--peer", "vmpeer:vmpeer-secret"],
                         expectOpen: false) { s in
-            let status = s.bridge.waitForExit(30)
+            let status = await s.bridge.waitForExit(30)
             #expect(status == 11, "pppbridge:\n\(s.bridge.output)")
             #expect(s.bridge.has("link down: authentication failed: peer \"vmpeer\" failed PAP authentication"))
         }
     }
 
-    @Test func echoesKeepTheLinkUpThenDetectPppdGone() throws {
-        try withSession(vm: ["-x", "noipv6 lcp-echo-interval 1 lcp-echo-failure 3"],
+    @Test func echoesKeepTheLinkUpThenDetectPppdGone() async throws {
+        try await withSession(vm: ["-x", "noipv6 lcp-echo-interval 1 lcp-echo-failure 3"],
                         ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15", "--lcp-echo-interval", "1", "--lcp-echo-failure", "3"]) { s in
             // Ten seconds of echoes both ways, no failure on either side.
-            Thread.sleep(forTimeInterval: 10)
+            try await Task.sleep(for: .seconds(10))
             #expect(s.bridge.isRunning && !s.bridge.has("link down"), "pppbridge:\n\(s.bridge.output)")
             #expect(!s.vm.log.contains("VMPEER: LINK DOWN"))
             // Echoes went both ways: ours answered, and we answered pppd's.
@@ -170,7 +170,7 @@ struct PPPDInteropTests {
             // pppd killed outright: nothing more on the line; our echoes find out.
             let killed = Date()
             s.vm.guest("vmpeer-pppd kill")
-            let status = s.bridge.waitForExit(15)
+            let status = await s.bridge.waitForExit(15)
             let after = Date().timeIntervalSince(killed)
             #expect(status == 15, "pppbridge:\n\(s.bridge.output)")
             #expect(s.bridge.has("link down: no response to 3 echo-requests"))
@@ -179,10 +179,10 @@ struct PPPDInteropTests {
         }
     }
 
-    @Test func theVMGoingAwayIsALineHangUp() throws {
-        try withSession(vm: ["-x", "noipv6"], ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15"]) { s in
+    @Test func theVMGoingAwayIsALineHangUp() async throws {
+        try await withSession(vm: ["-x", "noipv6"], ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15"]) { s in
             s.vm.stop()
-            let status = s.bridge.waitForExit(10)
+            let status = await s.bridge.waitForExit(10)
             #expect(status == 16, "pppbridge:\n\(s.bridge.output)")
             #expect(s.bridge.has("link down: line hang-up"))
         }
@@ -195,8 +195,8 @@ struct PPPDInteropTests {
     /// The guest's line is the flow-controlled virtio port (`-P`): the emulated 16550 moves
     /// about 0.15 MB/s, and these 3 MiB took a minute a case on it.
     @Test(arguments: [true, false])
-    func ourStackServesTheGuest(vj: Bool) throws {
-        try withSession(vm: ["-P", "-x", "noipv6" + (vj ? "" : " novj")],
+    func ourStackServesTheGuest(vj: Bool) async throws {
+        try await withSession(vm: ["-P", "-x", "noipv6" + (vj ? "" : " novj")],
                         ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15", "--services", "echo,discard,chargen",
                                "--ping", "10.0.2.15", "--ping-count", "3"] + (vj ? [] : ["--novj"])) { s in
             #expect(s.vm.log.contains(vj ? "compress VJ" : "IPCP") && (vj || !s.vm.log.contains("sent [IPCP ConfReq id=0x1 <compress VJ")))
@@ -204,7 +204,7 @@ struct PPPDInteropTests {
                        + "echo \"VMPEER-T echo $(sha256sum < /tmp/d | cut -c1-64) $(sha256sum < /tmp/e | cut -c1-64) $(wc -c < /tmp/e)\" > /dev/console")
             // Result lines start with the marker; the guest also logs each command it runs.
             func result(_ marker: String) -> Substring? { s.vm.log.split(whereSeparator: \.isNewline).first { $0.hasPrefix(marker) } }
-            let echoed = eventually(180) { result("VMPEER-T echo ") != nil }
+            let echoed = await eventually(180) { result("VMPEER-T echo ") != nil }
             #expect(echoed, "no echo result\n--- pppbridge:\n\(s.bridge.output.suffix(2000))\n--- guest:\n\(s.vm.log.suffix(2000))")
             if let line = result("VMPEER-T echo ") {
                 let f = line.split(separator: " ").suffix(3).map(String.init)
@@ -217,19 +217,21 @@ struct PPPDInteropTests {
             var pattern: [UInt8] = []
             var i = 0
             while pattern.count < 1 << 20 {
-                pattern += (0..<72).map { UInt8(0x20 + (i + $0) % 95) } + [13, 10]
+                let line: [UInt8] = (0..<72).map { UInt8(0x20 + (i + $0) % 95) }
+                pattern += line
+                pattern += [13, 10]
                 i += 1
             }
             let expected = Digest.hex(Digest.hash(.sha256, Array(pattern.prefix(1 << 20)))!)
-            #expect(eventually(180) { result("VMPEER-T chargen ") != nil }, "no chargen result\n\(s.vm.log.suffix(2000))")
+            #expect(await eventually(180) { result("VMPEER-T chargen ") != nil }, "no chargen result\n\(s.vm.log.suffix(2000))")
             #expect(result("VMPEER-T chargen ") == "VMPEER-T chargen \(expected)"[...], "chargen's 1 MiB differs from RFC 864's pattern")
             s.vm.guest("ping -c 3 10.0.2.2 > /dev/console 2>&1")
-            #expect(eventually(30) { s.vm.log.contains("3 packets transmitted, 3 packets received") }, "\(s.vm.log.suffix(1500))")
-            #expect(eventually(30) { s.bridge.has("ping 10.0.2.15: 3 sent, 3 received") }, "\(s.bridge.output.suffix(1500))")
-            #expect(s.bridge.terminate() == 0)
+            #expect(await eventually(30) { s.vm.log.contains("3 packets transmitted, 3 packets received") }, "\(s.vm.log.suffix(1500))")
+            #expect(await eventually(30) { s.bridge.has("ping 10.0.2.15: 3 sent, 3 received") }, "\(s.bridge.output.suffix(1500))")
+            #expect(await s.bridge.terminate() == 0)
             // The capture shows what went over the line: VJ-compressed TCP both ways, or none.
             if let tshark = ["/usr/bin/tshark", "/usr/local/bin/tshark"].first(where: FileManager.default.isExecutableFile) {
-                let r = try runCommand(tshark, ["-r", s.bridge.pcapPath, "-T", "fields", "-e", "ppp.direction", "-e", "ppp.protocol"], timeout: 120)
+                let r = try await runCommand(tshark, ["-r", s.bridge.pcapPath, "-T", "fields", "-e", "ppp.direction", "-e", "ppp.protocol"], timeout: 120)
                 let rows = r.output.split(separator: "\n")
                 let compressed = rows.filter { $0.hasSuffix("0x002d") }
                 let sent = compressed.filter { $0.hasPrefix("0") }.count  // ppp.direction 0: sent by us
@@ -244,12 +246,12 @@ struct PPPDInteropTests {
         }
     }
 
-    func expectCleanPcap(_ bridge: BridgeProcess) throws {
+    func expectCleanPcap(_ bridge: BridgeProcess) async throws {
         guard let tshark = ["/usr/bin/tshark", "/usr/local/bin/tshark"].first(where: FileManager.default.isExecutableFile) else {
             if ProcessInfo.processInfo.environment["CI"] != nil { Issue.record("tshark is missing; CI installs it") }
             return
         }
-        let r = try runCommand(tshark, ["-r", bridge.pcapPath, "-T", "fields", "-e", "frame.number", "-e", "ppp.protocol", "-e", "_ws.malformed"], timeout: 60)
+        let r = try await runCommand(tshark, ["-r", bridge.pcapPath, "-T", "fields", "-e", "frame.number", "-e", "ppp.protocol", "-e", "_ws.malformed"], timeout: 60)
         #expect(r.status == 0, "\(r.output)")
         let rows = r.output.split(separator: "\n").filter { $0.first?.isNumber == true }
         #expect(rows.count >= 4, "\(r.output)")
