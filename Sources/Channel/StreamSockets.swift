@@ -227,7 +227,8 @@ public final class StreamListener {
                 return
             case let .client(fd, peer):
                 backoff.succeeded()
-                if path != nil, let uid = UnixSocket.peerUser(fd), uid != getuid(), uid != 0 {
+                // A client whose user cannot be told is refused like another user's.
+                if path != nil, UnixSocket.peerUser(fd).map({ $0 == getuid() || $0 == 0 }) != true {
                     Glibc.close(fd)
                     continue
                 }

@@ -66,8 +66,15 @@ public enum UnixSocket {
         var st = stat()
         if lstat(path, &st) == 0 {
             guard st.st_mode & S_IFMT == S_IFSOCK else { throw SystemError("\(path) exists and is not a socket", errno: EEXIST) }
-            if let probe = try? connect(to: path) {
-                Glibc.close(probe)
+            // Without blocking: a listener there with a full backlog also means it is taken.
+            var probeAddress = try address(path)
+            let probe = try socket(nonBlocking: true)
+            let r = withUnsafePointer(to: &probeAddress) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(probe, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            let e = errno
+            Glibc.close(probe)
+            if r == 0 || e == EAGAIN || e == EINPROGRESS {
                 throw SystemError("\(path): another program answers there", errno: EADDRINUSE)
             }
             unlink(path)
@@ -88,6 +95,18 @@ public enum UnixSocket {
             Glibc.close(fd)
             unlink(path)
             throw e
+        }
+        return fd
+    }
+
+    /// A blocking connection to the socket at `path` (for command-line clients), refused unless
+    /// the program listening there runs as this user or root: a socket someone else planted at
+    /// that path must not be handed our commands (cards, PINs).
+    public static func connectToOwn(_ path: String) throws(SystemError) -> Int32 {
+        let fd = try connect(to: path)
+        guard peerUser(fd).map({ $0 == getuid() || $0 == 0 }) == true else {
+            Glibc.close(fd)
+            throw SystemError("\(path): the program listening there is another user's", errno: EPERM)
         }
         return fd
     }
@@ -120,7 +139,7 @@ public enum UnixSocket {
     }
 
     /// The connecting process's user ID (SO_PEERCRED).
-    static func peerUser(_ fd: Int32) -> uid_t? {
+    public static func peerUser(_ fd: Int32) -> uid_t? {
         var uid: UInt32 = 0
         guard pppbridge_peer_uid(fd, &uid) == 0 else { return nil }
         return uid

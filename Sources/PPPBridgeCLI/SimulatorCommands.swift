@@ -205,8 +205,9 @@ struct TerminalCommand {
       --reader-port N      the reader protocol's port inside the link (default 6000)
       --control PATH       the control socket (default $XDG_RUNTIME_DIR/pppbridge/terminal-SERIAL.control,
                            printed as `control on PATH`)
-      --state FILE         the KSN counter's state file (default beside the control socket:
-                           terminal-SERIAL.state)
+      --state FILE         the keys' and KSN counter's state file, mode 0600 (default
+                           $XDG_STATE_HOME/pppbridge/terminal-SERIAL.state, which outlives a
+                           reboot, unlike the runtime directory)
       --rssi DBM|wired     the advertised signal strength (default -48)
       --battery F          battery level 0...1 (default 0.82)
       --requires-pairing   hosts must pair before they log in
@@ -282,7 +283,7 @@ struct TerminalCommand {
         c.readerPort = readerPort
         c.controlPath = controlPath
         if statePath == nil {
-            do { statePath = try UnixSocket.runtimeDirectory() + "/terminal-\(serial).state" } catch let e {
+            do { statePath = try TerminalStateFile.defaultDirectory() + "/terminal-\(serial).state" } catch let e {
                 error("pppbridge terminal: \(e)")
                 return 1
             }

@@ -73,12 +73,17 @@ public final class GatewayCore: @unchecked Sendable {
     private var operations: [String: Operation] = [:]
     /// Approval codes given so far, per merchant: a new one is drawn until it is unused.
     private var approvalCodes: [String: Set<String>] = [:]
-    struct Session: Sendable {
-        var merchantID: String
-        var expires: WallTime
-    }
-    /// Merchant sessions by token: expired ones are pruned at each login, and at most 1024 live.
-    private(set) var sessions = RecentMap<String, Session>(capacity: 1024)
+    /// Merchant sessions by token, kept per merchant: expired ones are pruned at each login, and
+    /// each merchant has at most 1024 live (its oldest make room), so no merchant's logins can
+    /// push out another's sessions.
+    private(set) var sessionsByMerchant: [String: RecentMap<String, WallTime>] = [:]
+    /// Which merchant each live token belongs to.
+    private var tokenOwners: [String: String] = [:]
+
+    /// Live sessions, all merchants together.
+    var sessionCount: Int { sessionsByMerchant.values.reduce(0) { $0 + $1.count } }
+    /// Sessions a merchant's newer logins pushed out.
+    var sessionsEvicted: Int { sessionsByMerchant.values.reduce(0) { $0 + $1.evicted } }
     /// Session tokens, operation IDs and approval codes are drawn from this (production: OpenSSL's
     /// CSPRNG). A failure is an error answer, never an empty or predictable value.
     private let random: @Sendable (Int) throws -> [UInt8]
@@ -145,9 +150,12 @@ public final class GatewayCore: @unchecked Sendable {
         // Every merchant's password is compared, in constant time, whoever the user is: neither
         // the answer nor its timing says which users exist or how much of a password matched.
         var found: Merchant?
+        // Digests of equal length are compared, so not even a length says how close a guess was.
+        func digest(_ s: String) -> [UInt8] { Digest.hash(.sha256, Array(s.utf8)) ?? [] }
+        let userDigest = digest(user), passwordDigest = digest(password)
         for m in configuration.merchants {
-            let userMatches = SecureBytes.equal(Array(m.user.utf8), Array(user.utf8))
-            let passwordMatches = SecureBytes.equal(Array(m.password.utf8), Array(password.utf8))
+            let userMatches = !userDigest.isEmpty && SecureBytes.equal(digest(m.user), userDigest)
+            let passwordMatches = !passwordDigest.isEmpty && SecureBytes.equal(digest(m.password), passwordDigest)
             if userMatches && passwordMatches && (m.licence == nil || m.licence == licence) && found == nil { found = m }
         }
         guard let merchant = found else { return error("3005", "bad credentials", type: "LoginResult") }
@@ -156,8 +164,13 @@ public final class GatewayCore: @unchecked Sendable {
         }
         let token = Hex.encode(tokenBytes)
         let expires = now.adding(configuration.sessionLifetime)
-        sessions.remove { $1.expires <= now }
-        sessions.insert(token, Session(merchantID: merchant.merchantID, expires: expires))
+        var own = sessionsByMerchant[merchant.merchantID] ?? RecentMap(capacity: 1024)
+        own.remove { $1 <= now }
+        own.insert(token, expires)
+        sessionsByMerchant[merchant.merchantID] = own
+        // The owners of tokens no longer held (expired or pushed out) are forgotten with them.
+        tokenOwners[token] = merchant.merchantID
+        if tokenOwners.count > sessionCount { tokenOwners = tokenOwners.filter { sessionsByMerchant[$0.value]?.contains($0.key) == true } }
         journal.append("Login \(GatewayCore.quoted(user)) ok (merchant \(merchant.merchantID))")
         return ["Type": "LoginResult", "Result": "ok", "SessionToken": .string(token), "MerchantID": .string(merchant.merchantID),
                 "TerminalID": .string(merchant.terminalID), "Currencies": .array(configuration.currencies.map { .string($0) }),
@@ -166,8 +179,9 @@ public final class GatewayCore: @unchecked Sendable {
 
     /// The merchant of the live session `r` names (its `SessionToken`), if any.
     func merchant(of r: JSONValue, now: WallTime) -> String? {
-        guard let token = r["SessionToken"]?.string, let session = sessions[token], now < session.expires else { return nil }
-        return session.merchantID
+        guard let token = r["SessionToken"]?.string, let merchant = tokenOwners[token],
+              let expires = sessionsByMerchant[merchant]?[token], now < expires else { return nil }
+        return merchant
     }
 
     /// `count` random bytes, or nil when the random source failed (counted in the journal).

@@ -2,10 +2,12 @@ import Crypto
 import Foundation
 
 /// The bytes both ends MAC (specification §4.10, changed; see docs/PAYMENTS.md): a tag naming
-/// the message, then each field as its length in UTF-8 bytes (4 bytes, big-endian) and its
-/// bytes; decimal amounts, `true`/`false`, empty for an absent field. The specification joins
-/// the fields with `|`, which a field may itself contain: two different messages could then MAC
-/// the same string. With lengths no two field lists give the same bytes.
+/// the message, then each field as its JSON type (one byte: `s` string, `i` integer, `b`
+/// boolean, `-` absent or anything else), its length in UTF-8 bytes (4 bytes, big-endian) and
+/// its bytes (decimal integers, `true`/`false`). The specification joins the fields with `|`,
+/// which a field may itself contain, so two different messages could MAC the same string; and
+/// without the type, `"SignatureRequired":"true"` would MAC like `true` while a reader of
+/// `.bool` takes it for false. With lengths and types no two messages give the same bytes.
 public enum GatewayCanonical {
     public static let authoriseFields = ["MerchantID", "TerminalID", "TransactionID", "AmountMinor", "CurrencyNumeric", "PaymentType",
                                          "EntryMode", "CVM", "KSN", "EncCardData", "EncPinBlock", "OriginalOperationID", "SessionToken"]
@@ -26,15 +28,23 @@ public enum GatewayCanonical {
     /// `pppbridge-mac-v2`, the message's name, then the named fields of `r`, each length-prefixed.
     public static func encode(_ message: String, _ r: JSONValue, _ names: [String]) -> [UInt8] {
         var out: [UInt8] = []
-        func append(_ text: String) {
+        func append(_ type: UInt8?, _ text: String) {
+            if let type { out.append(type) }
             let bytes = Array(text.utf8)
             let n = UInt32(truncatingIfNeeded: bytes.count)
             out += [UInt8(truncatingIfNeeded: n >> 24), UInt8(truncatingIfNeeded: n >> 16), UInt8(truncatingIfNeeded: n >> 8), UInt8(truncatingIfNeeded: n)]
             out += bytes
         }
-        append("pppbridge-mac-v2")
-        append(message)
-        for name in names { append(field(r, name)) }
+        append(nil, "pppbridge-mac-v3")
+        append(nil, message)
+        for name in names {
+            switch r[name] {
+            case .string(let s)?: append(UInt8(ascii: "s"), s)
+            case .integer(let i)?: append(UInt8(ascii: "i"), String(i))
+            case .bool(let b)?: append(UInt8(ascii: "b"), b ? "true" : "false")
+            default: append(UInt8(ascii: "-"), "")
+            }
+        }
         return out
     }
 

@@ -144,6 +144,9 @@ public final class TerminalCore: @unchecked Sendable {
         var card: PresentedCard?
         var keys: TerminalSecurity.TransactionKeys?
         var reversal: (operationID: String, amount: Int64)?
+        /// The session the transaction began in: its merchant and gateway session authorise it,
+        /// whoever logs in meanwhile (a host recovering it, or another merchant).
+        var origin: Session? = nil
     }
 
     struct PresentedCard {
@@ -537,6 +540,7 @@ public final class TerminalCore: @unchecked Sendable {
         transaction = Transaction(header: h, transactionID: txID, timeStamp: timeStamp,
                                   amount: amount, currency: currency, paymentType: type, originalOperationID: original,
                                   hostRelay: b["Ext"]?["Route"]?.string == "HostRelay", phase: .waitingForCard)
+        transaction?.origin = session
         record("payment \(h.identifier ?? "") \(type) \(currency.format(amount)) \(currency.code) txn \(txID)")
         if original != nil {
             // A referenced refund needs no card.
@@ -574,7 +578,7 @@ public final class TerminalCore: @unchecked Sendable {
     }
 
     func authorise(now: Instant) {
-        guard transaction != nil, let s = session ?? lastSession else { return }
+        guard let s = transaction?.origin ?? session ?? lastSession else { return }
         // The phase first, then the copy: the copy written back below keeps it (a card presented
         // or a cancel pressed now finds the transaction authorizing, not waiting).
         phase(.authorizing, now: now)

@@ -101,7 +101,7 @@ public final class PaymentReader: @unchecked Sendable {
     private var gatewayMerchantID: String?
     /// The reader session token the terminal answered our last login with: presented again when
     /// we log in on a new connection while the old one may still hold the session.
-    private var readerSession: String?
+    private var readerSession: (path: String, token: String)?
 
     struct DiscoveryRun {
         var core: DiscoveryCore
@@ -305,7 +305,8 @@ public final class PaymentReader: @unchecked Sendable {
         if let token = c.sessionToken ?? sessionToken { ext = ext.setting("SessionToken", .string(token)) }
         let dateTime = Self.wallNow().description
         ext = ext.setting("HostID", .string(c.bonds.hostID))
-        if let readerSession { ext = ext.setting("ReaderSession", .string(readerSession)) }
+        // Only to the reader that gave it (another reader must not learn it).
+        if let readerSession, readerSession.path == l.path { ext = ext.setting("ReaderSession", .string(readerSession.token)) }
         // What this login does about pairing: nothing, prove a bond, or begin a pairing.
         var bondNonce: String?, pairing: (key: [UInt8], nonce: [UInt8])?
         if let p = peripheral, p.requiresPairing {
@@ -359,7 +360,7 @@ public final class PaymentReader: @unchecked Sendable {
             }
             let system = response.body["POISystemData"]
             let ext = response.body["Ext"]
-            if let token = ext?["ReaderSession"]?.string, (1...64).contains(token.utf8.count), Hex.decode(token) != nil { self.readerSession = token }
+            if let token = ext?["ReaderSession"]?.string, (1...64).contains(token.utf8.count), Hex.decode(token) != nil { self.readerSession = (l.path, token) }
             let offer = UpdateOffer(json: ext?["AvailableUpdate"])
             self.offer = offer
             self.infoValue = Info(serialNumber: system?["POITerminalData"]?["POISerialNumber"]?.string ?? l.poiID,

@@ -36,7 +36,11 @@ public enum ReaderLines {
         // nobody else, group included. A sticky bit does not help: it stops others deleting our
         // entries, not adding their own (a line named like a reader, its advertisement).
         var st = stat()
-        if !directory.isEmpty, stat(directory, &st) == 0 {
+        if !directory.isEmpty {
+            // A directory that cannot be looked at (a pattern with wildcards in it) is not trusted.
+            guard stat(directory, &st) == 0 else {
+                throw PaymentError(.bluetoothDisabled, "\(directory) cannot be checked: give a pattern whose directory is a plain path")
+            }
             let foreign = st.st_uid != getuid() && st.st_uid != 0
             let writableByOthers = st.st_mode & UInt32(S_IWOTH | S_IWGRP) != 0
             guard !foreign && !writableByOthers else {

@@ -24,6 +24,8 @@ final class ReaderLink {
     private(set) var up = false
     private(set) var gone = false
     private var connectRetry: Int?
+    /// Loses the session a moment after it ended, unless the link's end says why first.
+    private var endTimer: Int?
     /// Messages that are not answers (device requests, events, answers to earlier logins).
     var onMessage: ((PaymentMessage) -> Void)?
     /// Once, when the link or the reader connection is lost after it was up.
@@ -33,7 +35,11 @@ final class ReaderLink {
     /// Every byte of the reader connection (the SDK's own record, for checks on what crossed).
     var observer: (([UInt8]) -> Void)?
 
+    /// The reader's line.
+    let path: String
+
     init(path: String, configuration: ReaderConnectionConfiguration, loop: EventLoop) {
+        self.path = path
         self.loop = loop
         self.configuration = configuration
         var c = ChannelConfiguration(line: .device(path))
@@ -79,6 +85,9 @@ final class ReaderLink {
     private func channelEvent(_ event: ChannelEvent) {
         switch event {
         case .opened:
+            // Once: after IPCP renegotiated (the link up again without closing), the reader
+            // session that ended with it is over and is not quietly replaced.
+            guard !up, connection == nil, connectRetry == nil else { return }
             connectReader(tries: 0)
         case .closed(let reason):
             closeReason = reason
@@ -106,14 +115,36 @@ final class ReaderLink {
                 self.finishReady(nil)
             }
             c.onData = { [weak self] bytes in self?.received(bytes) }
+            // The terminal ended the session (its last words, a Shutdown event, came before):
+            // the link usually goes down next and says why; if it does not, the session is
+            // lost all the same.
+            c.onEndOfStream = { [weak self] in
+                guard let self, self.up else { return }
+                self.endTimer = self.loop.schedule(at: self.loop.now + .milliseconds(250)) { [weak self] in
+                    guard let self else { return }
+                    self.endTimer = nil
+                    self.lose(self.closeReason)
+                }
+            }
             c.onClose = { [weak self, unowned c] _ in
                 guard let self else { return }
                 self.connection = nil
-                // The channel's closed event follows with the reason.
-                if c.endedWithTheLink { return }
+                if c.endedWithTheLink {
+                    // Before it is up, the channel's closed event (or its next open) decides.
+                    guard self.onReady == nil else { return }
+                    // The channel's closed event follows in this turn with the reason; when the
+                    // link only renegotiated IPCP it does not come, and the session is lost here.
+                    self.endTimer = self.loop.schedule(at: self.loop.now) { [weak self] in
+                        guard let self else { return }
+                        self.endTimer = nil
+                        self.lose(self.closeReason)
+                    }
+                    return
+                }
                 // Refused: the terminal's reader port is not listening yet; try again soon.
                 if self.onReady != nil && tries < 50 {
                     self.connectRetry = self.loop.schedule(at: self.loop.now + .milliseconds(100)) { [weak self] in
+                        self?.connectRetry = nil
                         self?.connectReader(tries: tries + 1)
                     }
                 } else if self.onReady != nil {
@@ -196,6 +227,8 @@ final class ReaderLink {
     func setPOIID(_ id: String) { poiID = id }
 
     private func lose(_ reason: ChannelCloseReason?) {
+        if let endTimer { loop.cancelTimer(endTimer) }
+        endTimer = nil
         guard up, !gone else { return }
         let callback = onLost
         onLost = nil
@@ -208,6 +241,9 @@ final class ReaderLink {
         guard !gone else { return }
         gone = true
         if let connectRetry { loop.cancelTimer(connectRetry) }
+        connectRetry = nil
+        if let endTimer { loop.cancelTimer(endTimer) }
+        endTimer = nil
         connection?.close()
         connection = nil
         pending = [:]

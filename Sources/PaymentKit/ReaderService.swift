@@ -154,10 +154,13 @@ final class ReaderService: StackApplication {
             return
         }
         candidates[id] = nil
-        if core.mayTakeOver(with: first), let old = connection {
+        // The host left while this one waited: the session is free, and it is the host now.
+        if connection == nil || core.mayTakeOver(with: first) {
             observer?(true, chunk)
-            stack.abort(old, now: now)
-            core.hostDidDisconnect(now: now)
+            if let old = connection {
+                stack.abort(old, now: now)
+                core.hostDidDisconnect(now: now)
+            }
             connection = id
             decoder = candidate.decoder
             pending = []
@@ -174,21 +177,34 @@ final class ReaderService: StackApplication {
         stack.close(id, now: now)
     }
 
+    /// Keeps the security module's state before anything it produced leaves (the simulator's
+    /// state file); false when it could not, and then nothing leaves.
+    var persist: () -> Bool = { true }
+    /// Messages held back because the state could not be kept first.
+    private(set) var heldBack = 0
+
     /// Acts on what the core asked for.
     func drain(now: Instant) {
         // Acting on an output can make more (a failed exchange ends what waited for it).
         var outputs = core.takeOutputs()
         while !outputs.isEmpty {
-            for output in outputs { act(output, now: now) }
+            // A request under a new KSN counter (to the gateway, or to the host to relay) leaves
+            // only once the counter is on disk.
+            let kept = persist()
+            for output in outputs { act(output, kept: kept, now: now) }
             outputs = core.takeOutputs()
         }
         flush(now: now)
     }
 
-    private func act(_ output: TerminalCore.Output, now: Instant) {
+    private func act(_ output: TerminalCore.Output, kept: Bool, now: Instant) {
         switch output {
         case .host(let payload):
             guard let id = connection else { return }
+            guard kept else {
+                heldBack += 1
+                return
+            }
             guard let frame = try? PaymentFrame.encode(payload) else {
                 droppedMessages += 1
                 return
@@ -206,6 +222,10 @@ final class ReaderService: StackApplication {
         case .closeHost:
             closeAfterFlush = true
         case .gateway(let payload):
+            guard kept else {
+                heldBack += 1
+                return core.gatewayDidFail(now: now)
+            }
             guard let frame = try? PaymentFrame.encode(payload) else {
                 droppedMessages += 1
                 return core.gatewayDidFail(now: now)

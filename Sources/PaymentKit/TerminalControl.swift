@@ -10,7 +10,7 @@ public final class TerminalControl: @unchecked Sendable {
     private var buffer: [UInt8] = []
 
     public init(path: String, timeoutSeconds: Int = 10) throws(SystemError) {
-        let s = try UnixSocket.connect(to: path)
+        let s = try UnixSocket.connectToOwn(path)
         var tv = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
         setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))

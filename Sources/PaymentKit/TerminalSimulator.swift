@@ -82,8 +82,8 @@ public final class TerminalSimulator: @unchecked Sendable {
 
     /// The state file, when there is one.
     public var statePath: String? { configuration.statePath }
-    /// The counter last written to the state file.
-    private var savedCounter: UInt32?
+    /// What the state file holds now.
+    private var savedState: JSONValue?
     /// Requests not sent because the state could not be written first.
     public private(set) var stateWriteFailures = 0
 
@@ -92,7 +92,7 @@ public final class TerminalSimulator: @unchecked Sendable {
     private func saveState() -> Bool {
         guard let path = configuration.statePath else { return true }
         let security = core.security
-        guard savedCounter != security.counter || savedKeyID != security.initialKeyID else { return true }
+        guard savedState != security.state else { return true }
         do throws(TerminalStateFile.StateError) {
             try TerminalStateFile(path: path).save(security)
         } catch {
@@ -100,11 +100,9 @@ public final class TerminalSimulator: @unchecked Sendable {
             core.note("state not written, request held back: \(error)")
             return false
         }
-        savedCounter = security.counter
-        savedKeyID = security.initialKeyID
+        savedState = security.state
         return true
     }
-    private var savedKeyID: [UInt8]?
 
     /// Loads the state file (when configured), opens the control socket and boots.
     public func start() throws(SystemError) {
@@ -114,8 +112,7 @@ public final class TerminalSimulator: @unchecked Sendable {
                     do throws(TerminalStateFile.StateError) {
                         if let saved = try TerminalStateFile(path: path).load() {
                             core.security = saved
-                            savedCounter = saved.counter
-                            savedKeyID = saved.initialKeyID
+                            savedState = saved.state
                         } else if !saveState() {
                             throw TerminalStateFile.StateError(description: "\(path): cannot be written")
                         }
@@ -179,6 +176,7 @@ public final class TerminalSimulator: @unchecked Sendable {
             self?.shutdown(reason: reason, restartAfter: after, graceful: reason != "dropLink")
         })
         reader.currentNow = { [unowned loop] in loop.now }
+        reader.persist = { [weak self] in self?.saveState() ?? false }
         reader.observer = { [weak self] (_: Bool, bytes: [UInt8]) in
             guard let self, self.recordsReaderBytes else { return }
             self.readerBytes += bytes
@@ -295,6 +293,10 @@ public final class TerminalSimulator: @unchecked Sendable {
                         self.controlClientsRefused += 1
                         let answer: JSONValue = ["ok": false, "error": .string("line longer than \(TerminalSimulator.controlLineLimit) bytes: skipped")]
                         entry.connection.send(answer.serialized + [0x0A])
+                        guard entry.connection.isOpen else {
+                            self.controlClients[key] = nil
+                            return
+                        }
                     }
                     break
                 }
@@ -311,6 +313,11 @@ public final class TerminalSimulator: @unchecked Sendable {
                 // The command may have closed the control socket (a stop).
                 guard self.controlClients[key] != nil else { return }
                 entry.connection.send(answer.serialized + [0x0A])
+                // The client may be gone (the send failed and closed it): nothing more for it.
+                guard entry.connection.isOpen, self.controlClients[key] != nil else {
+                    self.controlClients[key] = nil
+                    return
+                }
                 // A client that sends commands and never reads the answers is let go.
                 guard entry.connection.queuedBytes <= TerminalSimulator.controlOutputLimit else {
                     self.controlClients[key] = nil
@@ -318,7 +325,8 @@ public final class TerminalSimulator: @unchecked Sendable {
                     return entry.connection.close()
                 }
             }
-            self.controlClients[key] = entry
+            // Written back only while the client is still there (its close removed it).
+            if self.controlClients[key] != nil { self.controlClients[key] = entry }
         }
         c.onClose = { [weak self] _ in self?.controlClients[key] = nil }
     }

@@ -7,20 +7,21 @@ import Payment
 /// above the last as a replay, and a repeated counter would repeat keys and ciphertexts), so the
 /// counter is written before a request that used it leaves: a restart, or a crash, goes on
 /// from there.
-struct TerminalStateFile {
+public struct TerminalStateFile {
     let path: String
     /// A state file is a few hundred bytes.
     static let maximumSize = 64 * 1024
 
-    struct StateError: Error, CustomStringConvertible {
-        var description: String
+    public struct StateError: Error, CustomStringConvertible {
+        public var description: String
     }
 
     /// The security module saved at `path`, or nil when there is no file yet. A file that is
     /// not ours, open to others, or does not parse is an error: the simulator does not start on
     /// keys it cannot trust, nor overwrite them.
     func load() throws(StateError) -> TerminalSecurity? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        // O_NONBLOCK: a FIFO planted at the path must not hang the start (it is refused below).
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK)
         if fd < 0 {
             if errno == ENOENT { return nil }
             throw StateError(description: "\(path): \(String(cString: strerror(errno)))")
@@ -75,5 +76,35 @@ struct TerminalStateFile {
             unlink(temporary)
             throw StateError(description: "\(path): \(e)")
         }
+        // The rename itself is durable once the directory is synced.
+        let directory = path.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
+        let dfd = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if dfd >= 0 {
+            fsync(dfd)
+            close(dfd)
+        }
+    }
+
+    /// This user's directory for state that outlives a session and a reboot:
+    /// `$XDG_STATE_HOME/pppbridge`, else `~/.local/state/pppbridge` (made 0700 when missing).
+    public static func defaultDirectory() throws(StateError) -> String {
+        let base: String
+        if let x = getenv("XDG_STATE_HOME"), x.pointee != 0 {
+            base = String(cString: x)
+        } else if let h = getenv("HOME"), h.pointee != 0 {
+            base = String(cString: h) + "/.local/state"
+        } else {
+            throw StateError(description: "neither XDG_STATE_HOME nor HOME is set: give --state FILE")
+        }
+        var path = ""
+        for part in (base + "/pppbridge").split(separator: "/") {
+            path += "/" + part
+            if mkdir(path, 0o700) != 0 && errno != EEXIST { throw StateError(description: "\(path): \(String(cString: strerror(errno)))") }
+        }
+        var st = stat()
+        guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == getuid(), st.st_mode & 0o022 == 0 else {
+            throw StateError(description: "\(path) is not a directory of this user's closed to others")
+        }
+        return path
     }
 }

@@ -411,6 +411,21 @@ import Testing
         try world.presentCard()
         let outcome = try await world.reader.startPayment(amountMinor: 1234, currency: .eur, transactionID: "7201")
         #expect(outcome.result == .approved)
+
+        // Silent second connections: at most four wait for their first message; a fifth is
+        // reset at once, and the waiting ones hold nothing of the session.
+        let silent = Locked<[TerminalStream]>([]), ended = Locked<Int>(0)
+        world.loop.sync {
+            for _ in 0..<5 {
+                guard let s = try? channel.openTerminalStream(port: port) else { continue }
+                s.onClose = { _ in ended.mutate { $0 += 1 } }
+                s.onEndOfStream = { ended.mutate { $0 += 1 } }
+                silent.mutate { $0.append(s) }
+            }
+        }
+        #expect(await world.eventually("the fifth silent connection is reset") { ended.value == 1 })
+        world.loop.sync { for s in silent.value { s.close(reset: true) } }
+        #expect(world.reader.isConnected)
         await world.shutdown()
     }
 

@@ -95,9 +95,9 @@ import Testing
         let gw = GatewayCore(configuration: .testKeys)
         let login: JSONValue = ["Type": "Login", "Environment": "int", "Licence": "LIC-TEST-1", "User": "merchant", "Password": "secret"]
         for _ in 0..<1100 { #expect(try ask(gw, login)?["Result"]?.string == "ok") }
-        #expect(gw.sessions.count == 1024 && gw.sessions.evicted == 76)
+        #expect(gw.sessionCount == 1024 && gw.sessionsEvicted == 76)
         _ = gw.handle(login.serialized, now: wall.adding(gw.configuration.sessionLifetime + 1))
-        #expect(gw.sessions.count == 1)
+        #expect(gw.sessionCount == 1)
     }
 
     // MARK: Terminal

@@ -82,10 +82,21 @@ import Testing
         let gw = GatewayCore(configuration: .testKeys, random: { _ in throw CryptoError("RAND_bytes") })
         let answer = try #require(try ask(gw, ["Type": "Login", "Environment": "int", "Licence": "LIC-TEST-1", "User": "merchant", "Password": "secret"]))
         #expect(answer["Result"]?.string == "error" && answer["Error"]?.string == "5001")
-        #expect(answer["SessionToken"] == nil && gw.sessions.count == 0)
+        #expect(answer["SessionToken"] == nil && gw.sessionCount == 0)
         // A source that gives fewer bytes than asked is a failure too.
         let short = GatewayCore(configuration: .testKeys, random: { _ in [1, 2, 3] })
         #expect(try ask(short, ["Type": "Login", "Environment": "int", "Licence": "LIC-TEST-1", "User": "merchant", "Password": "secret"])?["Error"]?.string == "5001")
+    }
+
+    @Test func oneMerchantsLoginsCannotPushOutAnothersSessions() throws {
+        let gw = Self.twoMerchants()
+        let bob = try session(gw, user: "bob", password: "hunter2", licence: "LIC-TEST-B")
+        for _ in 0..<1100 { _ = try session(gw) }
+        #expect(gw.sessionsEvicted == 76 && gw.sessionCount == 1025)
+        var terminal = TerminalSecurity.testDevice()
+        let sale = try ask(gw, try terminal.authorise(fields("B9", amount: 100, cvm: "NoCVM", token: bob, merchant: "999008882"), card: testCard,
+                                                      pin: nil, keys: terminal.nextTransaction()))
+        #expect(sale?["Result"]?.string == "approved")
     }
 
     @Test func credentialsMatchWholeAndPerLicence() throws {
@@ -109,7 +120,12 @@ import Testing
         #expect(GatewayCanonical.reverse(a) != GatewayCanonical.reverse(b))
         // Each message type has its own tag, so one message's fields are never another's.
         #expect(GatewayCanonical.reverse(a) != GatewayCanonical.encode("ReverseResult", a, ["OperationID", "Reason", "KSN", "SessionToken"]))
-        let encoded = GatewayCanonical.encode("Reverse", ["OperationID": "OP-1"], ["OperationID"])
-        #expect(encoded == [0, 0, 0, 16] + Array("pppbridge-mac-v2".utf8) + [0, 0, 0, 7] + Array("Reverse".utf8) + [0, 0, 0, 4] + Array("OP-1".utf8))
+        let encoded = GatewayCanonical.encode("Reverse", ["OperationID": "OP-1"], ["OperationID", "KSN"])
+        #expect(encoded == [0, 0, 0, 16] + Array("pppbridge-mac-v3".utf8) + [0, 0, 0, 7] + Array("Reverse".utf8)
+                + [UInt8(ascii: "s"), 0, 0, 0, 4] + Array("OP-1".utf8) + [UInt8(ascii: "-"), 0, 0, 0, 0])
+        // The JSON type is part of it: a relay turning `true` into `"true"` breaks the MAC.
+        let answer: JSONValue = ["OperationID": "OP-1", "Result": "approved", "SignatureRequired": true, "AmountMinor": 5, "KSN": "", "TransactionID": "1"]
+        #expect(GatewayCanonical.authoriseResult(answer) != GatewayCanonical.authoriseResult(answer.setting("SignatureRequired", "true")))
+        #expect(GatewayCanonical.authoriseResult(answer) != GatewayCanonical.authoriseResult(answer.setting("AmountMinor", "5")))
     }
 }
