@@ -77,7 +77,7 @@ enum ExternalTool {
         var error: String
     }
 
-    static func run(_ path: String, _ arguments: [String], timeout: TimeInterval = 60) throws -> Result {
+    static func run(_ path: String, _ arguments: [String], timeout: TimeInterval = 600) throws -> Result {
         let scratch = try ScratchDirectory()
         let outPath = scratch.path + "/out", errPath = scratch.path + "/err"
         FileManager.default.createFile(atPath: outPath, contents: nil)

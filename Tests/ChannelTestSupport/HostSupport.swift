@@ -194,6 +194,24 @@ public final class LoopbackServer: @unchecked Sendable {
     }
 }
 
+/// Runs `body` on a thread of its own and waits for it without holding a thread of the test
+/// runner's pool: for blocking work (a scripted peer driven in a tight loop, a process wait).
+/// `body` records no issues (they could not be attributed to the test from that thread); it
+/// returns what the test then checks.
+public func offThePool<T>(_ body: @escaping () -> T) async -> T {
+    let box = UncheckedBox(body)
+    let result = await withCheckedContinuation { (c: CheckedContinuation<UncheckedBox<T>, Never>) in
+        Thread.detachNewThread { c.resume(returning: UncheckedBox(box.value())) }
+    }
+    return result.value
+}
+
+/// Carries a value across threads where the caller guarantees one side uses it at a time.
+public struct UncheckedBox<T>: @unchecked Sendable {
+    public let value: T
+    public init(_ value: T) { self.value = value }
+}
+
 public final class Locked<T>: @unchecked Sendable {
     private var v: T
     private let lock = NSLock()

@@ -151,17 +151,21 @@ struct BoundsTests {
             burst += try terminal.echoRequestFrame(identifier: UInt8(i), size: 16)
             burst += terminal.pingFrame(ours, sequence: UInt16(i), size: 1400)
         }
-        // Flood for three seconds without reading a byte of the answers.
-        let end = monotonicNow() + .seconds(3)
-        var written = 0
-        while monotonicNow() < end {
-            if terminal.unsentBytes < burst.count {
-                terminal.send(raw: burst)
-                written += burst.count
-            } else {
-                terminal.turn(reading: false)
-                try await Task.sleep(for: .microseconds(500))
+        // Flood for three seconds without reading a byte of the answers: a tight loop, on a
+        // thread of its own.
+        let written = await offThePool {
+            let end = monotonicNow() + .seconds(3)
+            var written = 0
+            while monotonicNow() < end {
+                if terminal.unsentBytes < burst.count {
+                    terminal.send(raw: burst)
+                    written += burst.count
+                } else {
+                    terminal.turn(reading: false)
+                    usleep(500)
+                }
             }
+            return written
         }
         let flooded = channel.status.lineQueue
         print("flood: offered \(written) B; \(flooded)")
@@ -173,12 +177,14 @@ struct BoundsTests {
         #expect(terminal.unsentBytes > 0, "the whole flood (\(written) B) was taken")
 
         // The peer reads again: the queue drains, and the link still answers a ping.
-        let drained = terminal.run(for: .seconds(20)) { channel.status.lineQueue.queued == 0 }
+        let drained = await offThePool { terminal.run(for: .seconds(20)) { channel.status.lineQueue.queued == 0 } }
         #expect(drained)
-        terminal.events.removeAll()
-        terminal.send(raw: terminal.pingFrame(ours, sequence: 9999, size: 56))
-        let answered = terminal.run(for: .seconds(10)) {
-            terminal.events.contains { if case .echoReply(_, 0x4242, 9999, _) = $0 { return true } else { return false } }
+        let answered = await offThePool {
+            terminal.events.removeAll()
+            terminal.send(raw: terminal.pingFrame(ours, sequence: 9999, size: 56))
+            return terminal.run(for: .seconds(10)) {
+                terminal.events.contains { if case .echoReply(_, 0x4242, 9999, _) = $0 { return true } else { return false } }
+            }
         }
         #expect(answered)
         #expect(channel.isOpen)
@@ -499,23 +505,31 @@ extension BoundsTests {
         // so what the pty does not hold waits in our queue.
         var burst: [UInt8] = []
         for i in 0..<150 { burst += terminal.pingFrame(ours, sequence: UInt16(i), size: 1400) }
-        terminal.send(raw: burst)
-        terminal.run(for: .seconds(5), reading: false) { terminal.unsentBytes == 0 }
-        try #require(terminal.unsentBytes == 0)
+        let sent = await offThePool {
+            terminal.send(raw: burst)
+            terminal.run(for: .seconds(5), reading: false) { terminal.unsentBytes == 0 }
+            return terminal.unsentBytes == 0
+        }
+        try #require(sent)
         // Two and a half echo intervals without reading: two or three Echo-Requests are queued.
-        terminal.received = []
-        let wait = monotonicNow() + .milliseconds(2500)
-        var queuedDuringWait = Int.max
-        while monotonicNow() < wait {
-            terminal.turn(reading: false)
-            queuedDuringWait = min(queuedDuringWait, channel.status.lineQueue.queued)
-            try await Task.sleep(for: .milliseconds(5))
+        let queuedDuringWait = await offThePool {
+            terminal.received = []
+            let wait = monotonicNow() + .milliseconds(2500)
+            var queued = Int.max
+            while monotonicNow() < wait {
+                terminal.turn(reading: false)
+                queued = min(queued, channel.status.lineQueue.queued)
+                usleep(5000)
+            }
+            return queued
         }
         try #require(queuedDuringWait >= 64 * 1024, "the pty took the replies; nothing waited in our queue")
 
         // The terminal reads it all (and answers the echoes).
-        let read = terminal.run(for: .seconds(10)) {
-            terminal.events.filter { if case .echoReply(_, 0x4242, _, _) = $0 { return true } else { return false } }.count >= 150
+        let read = await offThePool {
+            terminal.run(for: .seconds(10)) {
+                terminal.events.filter { if case .echoReply(_, 0x4242, _, _) = $0 { return true } else { return false } }.count >= 150
+            }
         }
         #expect(read)
         var decoder = HDLCDecoder()

@@ -117,14 +117,6 @@ func eventually(_ timeout: TimeInterval, _ condition: () -> Bool) async -> Bool 
     return condition()
 }
 
-/// Runs `body` on a thread of its own and waits for it without holding one of the test
-/// runner's: for blocking work with no async form. `body` records no issues (they could not be
-/// attributed to the test from there); it returns what the test then checks.
-func offThePool<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-    await withCheckedContinuation { c in
-        Thread.detachNewThread { c.resume(returning: body()) }
-    }
-}
 
 /// Debian's pppd in a QEMU VM on a pty (Tools/vmpeer). Killed and cleaned up on `stop()`.
 final class VMPeer {
