@@ -183,7 +183,8 @@ extension TerminalCore {
         }
         if let (operationID, approval) = acquirer {
             result = result.setting("PaymentAcquirerData", [
-                "MerchantID": .string(session?.merchantID ?? lastSession?.merchantID ?? ""), "AcquirerPOIID": .string(session?.terminalID ?? lastSession?.terminalID ?? ""),
+                "MerchantID": .string((t.origin ?? session ?? lastSession)?.merchantID ?? ""),
+                "AcquirerPOIID": .string((t.origin ?? session ?? lastSession)?.terminalID ?? ""),
                 "AcquirerTransactionID": ["TransactionID": .string(operationID), "TimeStamp": .string(wall(now).description)],
                 "ApprovalCode": .string(approval)])
         }
