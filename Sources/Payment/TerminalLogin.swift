@@ -139,7 +139,7 @@ extension TerminalCore {
 
     /// A fraction in 0...1 (battery, progress) with two decimals; anything else is clamped
     /// into it (NaN reads as 0).
-    static func fraction(_ v: Double) -> String {
+    public static func fraction(_ v: Double) -> String {
         let hundredths = Int(((v.isNaN ? 0 : min(1, max(0, v))) * 100).rounded())
         return "\(hundredths / 100).\(hundredths % 100 < 10 ? "0" : "")\(hundredths % 100)"
     }

@@ -343,7 +343,7 @@ public final class TerminalSimulator: @unchecked Sendable {
             let mode = command["mode"]?.string ?? "rst"
             var downFor: Duration?
             if let v = command["downFor"], !v.isNull {
-                guard let d = TerminalCore.downTime(v) else { return ["ok": false, "error": "downFor is 0...86400 seconds"] }
+                guard let d = TerminalControlCommands.downTime(v) else { return ["ok": false, "error": "downFor is 0...86400 seconds"] }
                 downFor = d
             }
             if mode == "silent" {
@@ -380,9 +380,9 @@ public final class TerminalSimulator: @unchecked Sendable {
         default:
             guard let service else {
                 // Between two lines (re-arming after a host left) the pad still answers.
-                return name == "status" || core.isPoweredOn ? core.control(command, now: now) : ["ok": false, "error": "terminal is off"]
+                return name == "status" || core.isPoweredOn ? TerminalControlCommands.handle(command, core: core, now: now) : ["ok": false, "error": "terminal is off"]
             }
-            let answer = service.withCore(now: now) { $0.control(command, now: now) }
+            let answer = service.withCore(now: now) { TerminalControlCommands.handle(command, core: $0, now: now) }
             // New keys (provisionKey) are kept at once.
             _ = saveState()
             terminal?.kick()

@@ -1,6 +1,7 @@
 import Crypto
 import NetStack
 @testable import Payment
+@testable import PaymentKit
 import Testing
 
 /// A hostile peer against the payment layer's cores, sans-IO: nothing it sends may trap, grow a
@@ -211,13 +212,13 @@ import Testing
         #expect(status(answer.first)?.errorCondition == .messageFormat && status(answer.first)?.value("reason") == "InvalidTimeStamp")
         // Refused before it counted: the same transaction ID with a real time is a new payment.
         #expect(rig.send(rig.payment("0001")).isEmpty)
-        #expect(rig.t.control(["cmd": "status"], now: rig.now)["phase"]?.string == "WaitingForCard")
+        #expect(TerminalControlCommands.handle(core: rig.t, ["cmd": "status"], now: rig.now)["phase"]?.string == "WaitingForCard")
     }
 
     @Test func aReversalReasonReachesTheGatewayShort() throws {
         let rig = Rig(wall: wall)
         #expect(rig.login()?.result == .success)
-        #expect(rig.t.control(["cmd": "presentCard", "pan": "4111111111111111", "pin": "1234"], now: rig.now)["ok"]?.bool == true)
+        #expect(TerminalControlCommands.handle(core: rig.t, ["cmd": "presentCard", "pan": "4111111111111111", "pin": "1234"], now: rig.now)["ok"]?.bool == true)
         let paid = rig.send(rig.payment("0001"))
         let poiTx = try #require(paid.first?.body["POIData"]?["POITransactionID"]?["TransactionID"]?.string)
         let reversal = rig.request(.reversal, body: ["OriginalPOITransaction": ["POITransactionID": ["TransactionID": .string(poiTx)]],
@@ -235,7 +236,7 @@ import Testing
         #expect(rig.login()?.result == .success)
         let refusal: JSONValue = ["Type": "AuthoriseResult", "Result": "error", "Error": .string(String(repeating: "%", count: 500_000))]
         rig.gateway = { _ in refusal.serialized }
-        #expect(rig.t.control(["cmd": "presentCard", "pan": "4111111111111111", "pin": "1234"], now: rig.now)["ok"]?.bool == true)
+        #expect(TerminalControlCommands.handle(core: rig.t, ["cmd": "presentCard", "pan": "4111111111111111", "pin": "1234"], now: rig.now)["ok"]?.bool == true)
         let answer = rig.send(rig.payment("0001"))
         #expect(rig.everyHostMessageFits)
         #expect(status(answer.first)?.value("code") == "" && status(answer.first)?.value("reason") == "Gateway")
@@ -295,35 +296,35 @@ import Testing
     @Test func batteryLevelsOutsideZeroToOneAreRefused() throws {
         let t = TerminalCore(now: .zero, wallClock: wall)
         for level: JSONValue in [.number("1e300"), .number("-0.5"), .number("1.01"), .integer(100_000_000_000_000_000), .integer(-1), "0.5"] {
-            #expect(t.control(["cmd": "setBattery", "level": level], now: .zero)["ok"]?.bool == false, "\(level.text)")
+            #expect(TerminalControlCommands.handle(core: t, ["cmd": "setBattery", "level": level], now: .zero)["ok"]?.bool == false, "\(level.text)")
         }
-        #expect(t.control(["cmd": "setBattery", "level": .number("0.5")], now: .zero)["ok"]?.bool == true)
-        #expect(t.control(["cmd": "setBattery", "level": 1], now: .zero)["ok"]?.bool == true)
-        #expect(t.control(["cmd": "status"], now: .zero)["battery"] == .number("1.00"))
+        #expect(TerminalControlCommands.handle(core: t, ["cmd": "setBattery", "level": .number("0.5")], now: .zero)["ok"]?.bool == true)
+        #expect(TerminalControlCommands.handle(core: t, ["cmd": "setBattery", "level": 1], now: .zero)["ok"]?.bool == true)
+        #expect(TerminalControlCommands.handle(core: t, ["cmd": "status"], now: .zero)["battery"] == .number("1.00"))
         #expect(TerminalCore.fraction(.infinity) == "1.00" && TerminalCore.fraction(.nan) == "0.00" && TerminalCore.fraction(-3) == "0.00")
     }
 
     @Test func linkDownTimesBeyondADayOrNotFiniteAreRefused() throws {
-        #expect(TerminalCore.downTime(.number("1e300")) == nil)
-        #expect(TerminalCore.downTime(.number("-0.5")) == nil)
-        #expect(TerminalCore.downTime(.integer(.max)) == nil)
-        #expect(TerminalCore.downTime(.integer(86_401)) == nil)
-        #expect(TerminalCore.downTime("2") == nil)
-        #expect(TerminalCore.downTime(.integer(2)) == .seconds(2))
-        #expect(TerminalCore.downTime(.number("1.5")) == .milliseconds(1500))
+        #expect(TerminalControlCommands.downTime(.number("1e300")) == nil)
+        #expect(TerminalControlCommands.downTime(.number("-0.5")) == nil)
+        #expect(TerminalControlCommands.downTime(.integer(.max)) == nil)
+        #expect(TerminalControlCommands.downTime(.integer(86_401)) == nil)
+        #expect(TerminalControlCommands.downTime("2") == nil)
+        #expect(TerminalControlCommands.downTime(.integer(2)) == .seconds(2))
+        #expect(TerminalControlCommands.downTime(.number("1.5")) == .milliseconds(1500))
         let t = TerminalCore(now: .zero, wallClock: wall)
-        #expect(t.control(["cmd": "dropLinkAfterAuthorise", "downFor": .integer(.max)], now: .zero)["ok"]?.bool == false)
-        #expect(t.control(["cmd": "dropLinkAfterAuthorise"], now: .zero)["ok"]?.bool == true)
+        #expect(TerminalControlCommands.handle(core: t, ["cmd": "dropLinkAfterAuthorise", "downFor": .integer(.max)], now: .zero)["ok"]?.bool == false)
+        #expect(TerminalControlCommands.handle(core: t, ["cmd": "dropLinkAfterAuthorise"], now: .zero)["ok"]?.bool == true)
     }
 
     @Test func presentedCardFieldsMustHaveTheirForms() throws {
         let t = TerminalCore(now: .zero, wallClock: wall)
         let card: JSONValue = ["cmd": "presentCard", "pan": "4111111111111111"]
-        #expect(t.control(card, now: .zero)["ok"]?.bool == true)
-        #expect(t.control(card.setting("entry", .string(String(repeating: "E", count: 100_000))), now: .zero)["ok"]?.bool == false)
-        #expect(t.control(card.setting("cvm", "Offline\u{1B}"), now: .zero)["ok"]?.bool == false)
-        #expect(t.control(card.setting("expiry", "30-1"), now: .zero)["ok"]?.bool == false)
-        #expect(t.control(card.setting("serviceCode", "2011"), now: .zero)["ok"]?.bool == false)
+        #expect(TerminalControlCommands.handle(core: t, card, now: .zero)["ok"]?.bool == true)
+        #expect(TerminalControlCommands.handle(core: t, card.setting("entry", .string(String(repeating: "E", count: 100_000))), now: .zero)["ok"]?.bool == false)
+        #expect(TerminalControlCommands.handle(core: t, card.setting("cvm", "Offline\u{1B}"), now: .zero)["ok"]?.bool == false)
+        #expect(TerminalControlCommands.handle(core: t, card.setting("expiry", "30-1"), now: .zero)["ok"]?.bool == false)
+        #expect(TerminalControlCommands.handle(core: t, card.setting("serviceCode", "2011"), now: .zero)["ok"]?.bool == false)
     }
 
     // MARK: Key blocks, adverts, JSON
@@ -334,7 +335,7 @@ import Testing
         #expect(throws: TR31Error.malformed("length field does not match")) { try TR31.parseHeader("D+016P0AE00E0000") }
         #expect(throws: TR31Error.malformed("optional block")) { try TR31.parseHeader("D0020P0AE00E0100KS+4") }
         let t = TerminalCore(now: .zero, wallClock: wall)
-        #expect(t.control(["cmd": "provisionKey", "tr31": "D0016P0AE00E-100", "kbpk": "00"], now: .zero)["ok"]?.bool == false)
+        #expect(TerminalControlCommands.handle(core: t, ["cmd": "provisionKey", "tr31": "D0016P0AE00E-100", "kbpk": "00"], now: .zero)["ok"]?.bool == false)
     }
 
     @Test func advertBatteryLevelsOutsideZeroToOneAreNoLevel() throws {

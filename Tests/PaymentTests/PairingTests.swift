@@ -1,6 +1,7 @@
 import Crypto
 import NetStack
 import Payment
+@testable import PaymentKit
 import Testing
 
 /// The terminal's side of pairing, sans-IO on virtual time: pair by passkey, log in again with
@@ -78,14 +79,14 @@ import Testing
         let passkey = try Pairing.passkey(hostPublicKey: hostPublic, terminalPublicKey: terminalPublic, hostNonce: hostNonce, terminalNonce: terminalNonce)
         #expect(t.displayedPasskey == passkey)
         // Shown on the terminal, never told to a control client (the host could be one).
-        let reported = t.control(["cmd": "status"], now: now)
+        let reported = TerminalControlCommands.handle(core: t, ["cmd": "status"], now: now)
         #expect(reported["passkey"] == nil && reported["pairing"]?.bool == true && !reported.text.contains(passkey))
         let key = try Pairing.linkKey(sharedSecret: try X25519.sharedSecret(privateKey: host, peerPublicKey: terminalPublic),
                                       hostPublicKey: hostPublic, terminalPublicKey: terminalPublic, hostNonce: hostNonce, terminalNonce: terminalNonce)
         let confirmed = try exchange(t, request(.admin, id: "4", body: ["ServiceIdentification": "ConfirmPairing",
                                                                        "Ext": ["Confirmation": .string(try Pairing.confirmation(linkKey: key, passkey: passkey))]]), at: &now)
         #expect(status(confirmed.first)?.result == .success)
-        #expect(t.control(["cmd": "status"], now: now)["bonds"]?.integer == 1)
+        #expect(TerminalControlCommands.handle(core: t, ["cmd": "status"], now: now)["bonds"]?.integer == 1)
 
         // The bond lets the host in, and the terminal proves it holds the key too.
         t.hostDidDisconnect(now: now)
@@ -122,7 +123,7 @@ import Testing
         #expect(status(paired.first)?.result == .success)
         let revealed = try exchange(t, request(.admin, id: "2", body: ["ServiceIdentification": "PairingNonce", "Ext": ["HostNonce": .string(Hex.encode(other))]]), at: &now)
         #expect(status(revealed.first)?.value("reason") == "PairingRejected")
-        #expect(t.displayedPasskey == nil && t.control(["cmd": "status"], now: now)["bonds"]?.integer == 0)
+        #expect(t.displayedPasskey == nil && TerminalControlCommands.handle(core: t, ["cmd": "status"], now: now)["bonds"]?.integer == 0)
         // A key that is not 32 bytes of hex is refused as such.
         let bad = try exchange(t, login(ext: ["Pairing": ["HostPublicKey": "XYZ", "Commitment": .string(String(repeating: "0", count: 64))]],
                                         dateTime: "2026-11-01T10:00:05Z"), at: &now)

@@ -1,6 +1,7 @@
 import Crypto
 import NetStack
 @testable import Payment
+@testable import PaymentKit
 import Testing
 
 /// The terminal's flows against the real gateway core, sans-IO on virtual time: a payment, its
@@ -21,7 +22,7 @@ import Testing
     func present(_ rig: Rig, pan: String = "4111111111111111", cvm: String = "OnlinePIN", pin: String? = "1234") {
         var command: JSONValue = ["cmd": "presentCard", "entry": "ICC", "pan": .string(pan), "expiry": "3012", "serviceCode": "201", "cvm": .string(cvm)]
         if let pin { command = command.setting("pin", .string(pin)) }
-        #expect(rig.t.control(command, now: rig.now)["ok"]?.bool == true)
+        #expect(TerminalControlCommands.handle(core: rig.t, command, now: rig.now)["ok"]?.bool == true)
         rig.pump()
     }
 
