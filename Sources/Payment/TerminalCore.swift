@@ -2,8 +2,9 @@ import Crypto
 import NetStack
 
 /// The payment terminal's application, sans-IO (specification §4.3–4.7, §4.12): it serves the
-/// reader protocol to the host, takes cards and PINs through its pad inputs (TerminalPad.swift; the simulator's control socket drives them)
-/// ("inside the pad"), talks to the gateway, and says what to send and when to go down.
+/// reader protocol to the host, takes cards and PINs through its pad inputs ("inside the pad",
+/// `TerminalPad.swift`; the simulator's control socket drives them), talks to the gateway, and
+/// says what to send and when to go down.
 /// Time comes in as an `Instant`; wall-clock stamps are derived from it.
 public final class TerminalCore: @unchecked Sendable {
     public struct Configuration: Sendable {
