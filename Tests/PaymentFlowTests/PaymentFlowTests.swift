@@ -429,6 +429,85 @@ import Testing
         await world.shutdown()
     }
 
+    /// The takeover itself, with a bare channel as the host (the SDK would end its link when it
+    /// loses its connection): a second connection presenting the session's token takes the
+    /// session over and the first is reset; one without it is refused and changes nothing.
+    @Test func theSessionsOwnTokenTakesItOverAndNothingElseDoes() async throws {
+        let world = try PaymentWorld()
+        try await world.login()
+        var c = ChannelConfiguration(line: .device(world.linkPath))
+        var socks = SocksConfiguration(port: 1080)
+        socks.allow = [SocksDestination(host: world.configuration.gateway.address.description, port: world.configuration.gateway.port)]
+        c.socks = socks
+        c.relayDNS = false
+        let channel = Channel(configuration: c, loop: world.loop)
+        _ = try await channel.open()
+        let port = world.configuration.readerPort
+        let token = try #require(world.configuration.sessionToken)
+
+        /// A host connection: a stream, everything it received, whether it ended.
+        final class HostConnection: @unchecked Sendable {
+            var stream: TerminalStream?
+            let received = Locked<[UInt8]>([])
+            let ended = Locked<String?>(nil)
+            var messages: [PaymentMessage] {
+                var d = PaymentFrameDecoder()
+                return ((try? d.feed(received.value)) ?? []).compactMap { try? PaymentMessage.decode($0) }
+            }
+        }
+        func connect() async throws -> HostConnection {
+            let h = HostConnection()
+            let opened = Locked(false)
+            world.loop.sync {
+                guard let s = try? channel.openTerminalStream(port: port) else { return }
+                h.stream = s
+                s.onConnected = { opened.mutate { $0 = true } }
+                s.onData = { bytes in h.received.mutate { $0 += bytes } }
+                s.onEndOfStream = { h.ended.mutate { $0 = $0 ?? "end of stream" } }
+                s.onClose = { why in h.ended.mutate { $0 = $0 ?? (why ?? "closed") } }
+            }
+            #expect(await world.eventually("a connection to the reader port") { opened.value })
+            return h
+        }
+        func login(_ h: HostConnection, id: String, readerSession: String?) throws {
+            var ext: JSONValue = ["LocationID": "tml_test_1", "Environment": "int", "MerchantID": "999008881", "TerminalID": "001",
+                                  "SessionToken": .string(token)]
+            if let readerSession { ext = ext.setting("ReaderSession", .string(readerSession)) }
+            let header = PaymentMessage.Header(protocolVersion: "3.1", messageClass: .service, category: .login, type: .request,
+                                               identifier: id, saleID: "HOST-\(id)", poiID: "SIM-00000001")
+            let frame = try PaymentFrame.encode(PaymentMessage(direction: .request, header: header, body: ["DateTime": "2026-11-01T10:00:05Z", "Ext": ext]).encoded)
+            world.loop.sync { h.stream?.send(frame) }
+        }
+        func loginAnswer(_ h: HostConnection) -> PaymentMessage? { h.messages.first { $0.header.category == .login && $0.header.messageClass == .service } }
+
+        let first = try await connect()
+        try login(first, id: "1", readerSession: nil)
+        #expect(await world.eventually("the first host's login") { loginAnswer(first) != nil })
+        let issued = try #require(loginAnswer(first)?.body["Ext"]?["ReaderSession"]?.string)
+
+        // A stranger: refused, and the first host keeps its session.
+        let stranger = try await connect()
+        try login(stranger, id: "2", readerSession: String(repeating: "1", count: 32))
+        #expect(await world.eventually("the stranger refused") { stranger.ended.value != nil })
+        #expect(PaymentResponseStatus(json: loginAnswer(stranger)?.body["Response"])?.value("reason") == "SessionInUse")
+        #expect(first.ended.value == nil)
+
+        // The host itself, back on a new connection with its token: it takes over.
+        let again = try await connect()
+        try login(again, id: "3", readerSession: issued)
+        #expect(await world.eventually("the takeover's login") { loginAnswer(again) != nil })
+        #expect(PaymentResponseStatus(json: loginAnswer(again)?.body["Response"])?.result == .success)
+        #expect(await world.eventually("the old connection reset") { first.ended.value != nil })
+        #expect(first.ended.value == "reset by peer", "\(first.ended.value ?? "")")
+        let renewed = loginAnswer(again)?.body["Ext"]?["ReaderSession"]?.string
+        #expect(renewed != nil && renewed != issued, "a new token for the new session")
+        #expect(world.terminal.loop.sync { world.terminal.core.refusedSecondHosts } == 1)
+
+        world.loop.sync { for h in [first, stranger, again] { h.stream?.close() } }
+        await channel.close()
+        await world.shutdown()
+    }
+
     /// The encrypted card payload of an approved payment, captured on its way and sent to the
     /// gateway again over TCP: refused as a replay (4002), and no second approval is logged.
     @Test func replayedAuthorisationIsRejectedByTheGateway() async throws {
