@@ -104,13 +104,18 @@ enum HostSocket {
                 retryingOnInterrupt { accept4(listener, p, &length, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)) }
             }
         }
+        return accepted(fd, endpoint(a))
+    }
+
+    /// What accept4 returning `fd` means (errno when it failed).
+    static func accepted(_ fd: Int32, _ peer: TCPEndpoint) -> Accepted {
         guard fd >= 0 else {
             switch errno {
             case EMFILE, ENFILE, ENOBUFS, ENOMEM: return .outOfResources
             default: return .none
             }
         }
-        return .client(fd, endpoint(a))
+        return .client(fd, peer)
     }
 
     /// Starts a non-blocking connect; the socket reports writable when it finished (check `pendingError`).

@@ -129,13 +129,7 @@ public enum UnixSocket {
     /// The next pending client, non-blocking (as `HostSocket.accept`, without an address).
     static func accept(_ listener: Int32) -> HostSocket.Accepted {
         let fd = retryingOnInterrupt { accept4(listener, nil, nil, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)) }
-        guard fd >= 0 else {
-            switch errno {
-            case EMFILE, ENFILE, ENOBUFS, ENOMEM: return .outOfResources
-            default: return .none
-            }
-        }
-        return .client(fd, TCPEndpoint(IPv4Address(0, 0, 0, 0), 0))
+        return HostSocket.accepted(fd, TCPEndpoint(IPv4Address(0, 0, 0, 0), 0))
     }
 
     /// The connecting process's user ID (SO_PEERCRED).
