@@ -264,7 +264,7 @@ public final class Channel: @unchecked Sendable {
     /// Opens the link and returns its addresses once IP runs on it.
     public func open() async throws(ChannelError) -> ChannelAddresses {
         let result = await withCheckedContinuation { (c: CheckedContinuation<Result<ChannelAddresses, ChannelError>, Never>) in
-            loop.sync {
+            loop.enqueue { [self] in
                 if state == .open, let addresses {
                     c.resume(returning: .success(addresses))
                     return

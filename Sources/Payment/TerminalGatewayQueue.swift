@@ -7,7 +7,7 @@ extension TerminalCore {
     // MARK: Gateway exchanges
 
     func enqueueGateway(_ purpose: GatewayPurpose, _ request: JSONValue, hostRelay: Bool = false, timeout: Duration, now: Instant) {
-        if case .authorise = purpose { lastSession = session }
+        if case .authorise = purpose { lastSession = transaction?.origin ?? session }
         gatewayQueue.append(GatewayRequest(purpose: purpose, payload: request.serialized, hostRelay: hostRelay, timeout: timeout))
         if gatewayInFlight == nil { startNextGatewayRequest(now: now) }
     }

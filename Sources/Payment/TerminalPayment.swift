@@ -73,7 +73,7 @@ extension TerminalCore {
     }
 
     func authorise(now: Instant) {
-        guard let s = transaction?.origin ?? session ?? lastSession else { return }
+        guard transaction != nil, let s = transaction?.origin ?? session ?? lastSession else { return }
         // The phase first, then the copy: the copy written back below keeps it (a card presented
         // or a cancel pressed now finds the transaction authorizing, not waiting).
         phase(.authorizing, now: now)

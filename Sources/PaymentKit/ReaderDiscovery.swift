@@ -27,7 +27,9 @@ public enum ReaderLines {
     /// What the lines matching `pattern` advertise now. Throws `bluetoothDisabled` when the
     /// pattern's directory does not exist (no "radio" to scan with).
     public static func scan(_ pattern: String) throws(PaymentError) -> [DiscoveredReader] {
-        let directory = pattern.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
+        // A pattern without a directory scans the working one, which must pass the same checks.
+        let parts = pattern.split(separator: "/", omittingEmptySubsequences: false).dropLast()
+        let directory = parts.isEmpty ? "." : (parts.joined(separator: "/").isEmpty ? "/" : parts.joined(separator: "/"))
         if !directory.isEmpty && access(directory, F_OK) != 0 {
             throw PaymentError(.bluetoothDisabled, "no lines to scan: \(directory) does not exist")
         }

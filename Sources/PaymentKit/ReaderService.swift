@@ -201,9 +201,11 @@ final class ReaderService: StackApplication {
         switch output {
         case .host(let payload):
             guard let id = connection else { return }
-            guard kept else {
+            // Only a request to relay (Transmit) carries what the new counter made; answers and
+            // events go out whatever the state file did.
+            if !kept, let m = try? PaymentMessage.decode(payload), m.header.messageClass == .device, m.header.category == .transmit {
                 heldBack += 1
-                return
+                return core.gatewayDidFail(now: now)
             }
             guard let frame = try? PaymentFrame.encode(payload) else {
                 droppedMessages += 1

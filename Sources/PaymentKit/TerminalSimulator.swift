@@ -306,6 +306,10 @@ public final class TerminalSimulator: @unchecked Sendable {
                 guard line.count <= TerminalSimulator.controlLineLimit else {
                     let answer: JSONValue = ["ok": false, "error": .string("line longer than \(TerminalSimulator.controlLineLimit) bytes: skipped")]
                     entry.connection.send(answer.serialized + [0x0A])
+                    guard entry.connection.isOpen else {
+                        self.controlClients[key] = nil
+                        return
+                    }
                     continue
                 }
                 self.controlClients[key] = entry

@@ -77,19 +77,20 @@ public struct TerminalStateFile {
             throw StateError(description: "\(path): \(e)")
         }
         // The rename itself is durable once the directory is synced.
-        let directory = path.split(separator: "/", omittingEmptySubsequences: false).dropLast().joined(separator: "/")
-        let dfd = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if dfd >= 0 {
-            fsync(dfd)
-            close(dfd)
-        }
+        let parts = path.split(separator: "/", omittingEmptySubsequences: false).dropLast()
+        let directory = parts.isEmpty ? "." : (parts.joined(separator: "/").isEmpty ? "/" : parts.joined(separator: "/"))
+        let dfd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard dfd >= 0 else { throw StateError(description: "\(directory): \(String(cString: strerror(errno)))") }
+        defer { close(dfd) }
+        guard fsync(dfd) == 0 else { throw StateError(description: "\(directory): \(String(cString: strerror(errno)))") }
     }
 
     /// This user's directory for state that outlives a session and a reboot:
     /// `$XDG_STATE_HOME/pppbridge`, else `~/.local/state/pppbridge` (made 0700 when missing).
     public static func defaultDirectory() throws(StateError) -> String {
         let base: String
-        if let x = getenv("XDG_STATE_HOME"), x.pointee != 0 {
+        // The XDG specification: a relative path there is to be ignored.
+        if let x = getenv("XDG_STATE_HOME"), x.pointee == 0x2F {
             base = String(cString: x)
         } else if let h = getenv("HOME"), h.pointee != 0 {
             base = String(cString: h) + "/.local/state"

@@ -424,6 +424,10 @@ import Testing
             }
         }
         #expect(await world.eventually("the fifth silent connection is reset") { ended.value == 1 })
+        // The other four wait (for their first message, up to ten seconds).
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(ended.value == 1)
+        #expect(world.terminal.report().contains { $0.contains("second connections refused 2, reset 1") }, "\(world.terminal.report())")
         world.loop.sync { for s in silent.value { s.close(reset: true) } }
         #expect(world.reader.isConnected)
         await world.shutdown()
