@@ -25,7 +25,7 @@ public enum GatewayCanonical {
         encode("ReverseResult", r, ["OperationID", "Result", "Error", "ReversedAmountMinor", "KSN"])
     }
 
-    /// `pppbridge-mac-v2`, the message's name, then the named fields of `r`, each length-prefixed.
+    /// `pppbridge-mac-v3`, the message's name, then the named fields of `r`, each typed and length-prefixed.
     public static func encode(_ message: String, _ r: JSONValue, _ names: [String]) -> [UInt8] {
         var out: [UInt8] = []
         func append(_ type: UInt8?, _ text: String) {
