@@ -110,11 +110,25 @@ public final class EventLoop: @unchecked Sendable {
     /// loop, otherwise posted (the caller goes on; nothing waits). For async APIs that resume a
     /// continuation from the loop.
     public func enqueue(_ body: @escaping () -> Void) {
-        if inLoop || !isRunning { return body() }
         let box = SyncBox(body)
-        execute {
+        let posted = postWhileRunning {
             box.body?()
             box.body = nil
+        }
+        if !posted { body() }
+    }
+
+    /// Posts `work` if a thread runs the loop and it is not this one; false otherwise. Decided
+    /// under the lock `run` clears the thread under, and `run` drains what was posted once it
+    /// has cleared it: work posted this way always runs (a plain `execute` racing the loop's
+    /// end could be left in the queue, and an async caller waiting on it would never resume).
+    private func postWhileRunning(_ work: @escaping @Sendable () -> Void) -> Bool {
+        threadID.withLock { id in
+            guard let id, pthread_equal(id, pthread_self()) == 0 else { return false }
+            self.posted.withLock { $0.append(work) }
+            var b: UInt8 = 1
+            _ = Glibc.write(self.wakeWriter, &b, 1)
+            return true
         }
     }
 
@@ -123,10 +137,14 @@ public final class EventLoop: @unchecked Sendable {
     /// semaphore, would do with a thread of the cooperative pool held). At once when called on the
     /// loop's thread or when no thread runs the loop. What async APIs use.
     public func perform<T>(_ body: @escaping () -> T) async -> T {
-        if inLoop || !isRunning { return body() }
         let box = SyncBox(body)
         await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            execute {
+            let posted = postWhileRunning {
+                box.result = box.body?()
+                box.body = nil
+                c.resume()
+            }
+            if !posted {
                 box.result = box.body?()
                 box.body = nil
                 c.resume()
@@ -216,7 +234,11 @@ public final class EventLoop: @unchecked Sendable {
     /// `stop` is called.
     public func run(until done: () -> Bool) {
         threadID.withLock { $0 = pthread_self() }
-        defer { threadID.withLock { $0 = nil } }
+        defer {
+            threadID.withLock { $0 = nil }
+            // What `enqueue` and `perform` posted before the thread was cleared still runs.
+            runPosted()
+        }
         stopRequested = false
         var events = [epoll_event](repeating: epoll_event(), count: 64)
         now = monotonicNow()
