@@ -42,6 +42,9 @@ public final class GatewayCore: @unchecked Sendable {
         /// The update offered to terminals older than it, its image, and the key that signs it.
         public var update: (offer: UpdateOffer, image: [UInt8])?
         public var sessionLifetime: Int64 = 8 * 3600
+        /// Operations kept for refunds, reversals, signatures and lookups; the oldest beyond
+        /// this are forgotten (counted in `operationsForgotten`).
+        public var operationLimit = 100_000
 
         public init(bdks: [String: [UInt8]]) { self.bdks = bdks }
 
@@ -70,9 +73,11 @@ public final class GatewayCore: @unchecked Sendable {
     /// unauthenticated request with a made-up key ID must not take a place), and at most 1024.
     private(set) var initialKeys = RecentMap<String, [UInt8]>(capacity: 1024)
     private var lastCounter: [String: UInt32] = [:]
-    private var operations: [String: Operation] = [:]
-    /// Approval codes given so far, per merchant: a new one is drawn until it is unused.
-    private var approvalCodes: [String: Set<String>] = [:]
+    /// Every operation, the oldest forgotten beyond `operationLimit`: each Authorise that
+    /// verifies adds one, so even a terminal's own key cannot make the table grow for ever.
+    private var operations: RecentMap<String, Operation>
+    /// Operations forgotten to make room (a refund of one then finds nothing: 3008).
+    public var operationsForgotten: Int { operations.evicted }
     /// Merchant sessions by token, kept per merchant: expired ones are pruned at each login, and
     /// each merchant has at most 1024 live (its oldest make room), so no merchant's logins can
     /// push out another's sessions.
@@ -98,6 +103,7 @@ public final class GatewayCore: @unchecked Sendable {
     public init(configuration: Configuration, random: @escaping @Sendable (Int) throws -> [UInt8] = { try SecureBytes.random($0) }) {
         self.configuration = configuration
         self.random = random
+        operations = RecentMap(capacity: configuration.operationLimit)
     }
 
     /// Peer text as it may appear in a log line or an error reason: escaped and cut short.
@@ -198,23 +204,20 @@ public final class GatewayCore: @unchecked Sendable {
         for _ in 0..<8 {
             guard let b = randomBytes(8) else { return nil }
             let id = "OP-" + Hex.encode(b)
-            if operations[id] == nil { return id }
+            if !operations.contains(id) { return id }
         }
         return nil
     }
 
-    /// A new approval code for `merchant`: six random digits it has not been given before.
+    /// A new approval code for `merchant`: six random digits none of its kept operations has.
     func newApprovalCode(for merchant: String) -> String? {
-        let used = approvalCodes[merchant] ?? []
-        // A merchant with most codes taken would loop long: the space is a million.
-        guard used.count < 500_000 else { return nil }
         for _ in 0..<64 {
             guard let b = randomBytes(4) else { return nil }
             let v = b.reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
             // Rejection sampling: values in the top partial range would favour low codes.
             guard v < 4_294_000_000 else { continue }
             let code = sixDigits(Int(v % 1_000_000))
-            if !used.contains(code) { return code }
+            if operations.first(where: { $1.merchantID == merchant && $1.approvalCode == code }) == nil { return code }
         }
         return nil
     }
@@ -342,7 +345,7 @@ public final class GatewayCore: @unchecked Sendable {
             // merchant has on the receipt: unique per merchant.
             var id = field("OriginalOperationID")
             if PaymentRules.isDigits(id, 6...6),
-               let byCode = operations.first(where: { $0.value.approvalCode == id && $0.value.merchantID == merchant && !$0.value.refund }) {
+               let byCode = operations.first(where: { $1.approvalCode == id && $1.merchantID == merchant && !$1.refund }) {
                 id = byCode.key
             }
             // Another merchant's operation is not found: the answer does not say it exists.
@@ -372,13 +375,15 @@ public final class GatewayCore: @unchecked Sendable {
         if result == "approved" {
             guard let code = newApprovalCode(for: merchant) else { return error("5001", "no approval code free", type: "AuthoriseResult") }
             approval = code
-            approvalCodes[merchant, default: []].insert(code)
-            if let original { operations[original]?.refunded += amount }
+            if let original, var o = operations[original] {
+                o.refunded += amount
+                operations.insert(original, o)
+            }
         }
-        operations[operationID] = Operation(merchantID: merchant, transactionID: field("TransactionID"), amount: amount,
+        operations.insert(operationID, Operation(merchantID: merchant, transactionID: field("TransactionID"), amount: amount,
                                             currency: currency, approved: result == "approved",
                                             signatureRequired: signatureRequired && result == "approved", refund: paymentType == "Refund",
-                                            approvalCode: approval)
+                                            approvalCode: approval))
         journal.append("Authorise \(GatewayCore.quoted(field("TransactionID"))) \(GatewayCore.quoted(paymentType)) \(amount) \(GatewayCore.quoted(currency)) → \(result) \(responseCode) \(operationID)")
         let answer: JSONValue = [
             "Type": "AuthoriseResult", "OperationID": .string(operationID), "Result": .string(result),
@@ -408,7 +413,7 @@ public final class GatewayCore: @unchecked Sendable {
         }
         if var op = operations[id], op.merchantID == merchant, op.approved, !op.reversed, op.refunded == 0 {
             op.reversed = true
-            operations[id] = op
+            operations.insert(id, op)
             answer = answer.setting("Result", "ok").setting("ReversedAmountMinor", .integer(op.amount))
             journal.append("Reverse \(GatewayCore.quoted(id)) ok")
         } else {
@@ -432,7 +437,7 @@ public final class GatewayCore: @unchecked Sendable {
             return error("2008", "signature image invalid", type: "SignatureResult")
         }
         op.signed = true
-        operations[id] = op
+        operations.insert(id, op)
         journal.append("Signature \(GatewayCore.quoted(id)) ok (\(image.count) bytes, format \(format))")
         return ["Type": "SignatureResult", "Result": "ok", "OperationID": .string(id)]
     }

@@ -29,6 +29,12 @@ public struct RecentMap<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         }
     }
 
+    /// The oldest entry that satisfies `predicate`.
+    public func first(where predicate: (Key, Value) -> Bool) -> (key: Key, value: Value)? {
+        for key in order { if let value = values[key], predicate(key, value) { return (key, value) } }
+        return nil
+    }
+
     public mutating func remove(where shouldRemove: (Key, Value) -> Bool) {
         var kept: [Key] = []
         for key in order {

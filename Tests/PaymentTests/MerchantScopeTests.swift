@@ -99,6 +99,31 @@ import Testing
         #expect(sale?["Result"]?.string == "approved")
     }
 
+    @Test func operationsBeyondTheLimitAreForgottenOldestFirstAndCounted() throws {
+        var c = GatewayCore.Configuration.testKeys
+        c.operationLimit = 3
+        let gw = GatewayCore(configuration: c)
+        var terminal = TerminalSecurity.testDevice()
+        let token = try session(gw)
+        var operations: [String] = []
+        for i in 0..<4 {
+            let sale = try #require(try ask(gw, try terminal.authorise(fields("L\(i)", amount: 1000, cvm: "NoCVM", token: token), card: testCard,
+                                                                       pin: nil, keys: terminal.nextTransaction())))
+            operations.append(try #require(sale["OperationID"]?.string))
+        }
+        #expect(gw.operationsForgotten == 1)
+        // The oldest is gone (not found), the newest three are there.
+        #expect(try ask(gw, ["Type": "Status", "SessionToken": .string(token), "OperationID": .string(operations[0])])?["Error"]?.string == "3008")
+        for op in operations.dropFirst() {
+            #expect(try ask(gw, ["Type": "Status", "SessionToken": .string(token), "OperationID": .string(op)])?["Result"]?.string == "ok")
+        }
+        // A refund keeps its original's place; the refund itself takes one.
+        let refund = try ask(gw, try terminal.authorise(fields("L9", amount: 100, cvm: "NoCVM", type: "Refund", original: operations[3], token: token),
+                                                        card: nil, pin: nil, keys: terminal.nextTransaction()))
+        #expect(refund?["Result"]?.string == "approved" && gw.operationsForgotten == 2)
+        #expect(try ask(gw, ["Type": "Status", "SessionToken": .string(token), "OperationID": .string(operations[3])])?["RefundedMinor"]?.integer == 100)
+    }
+
     @Test func credentialsMatchWholeAndPerLicence() throws {
         let gw = Self.twoMerchants()
         func login(_ licence: String, _ user: String, _ password: String) throws -> JSONValue? {
