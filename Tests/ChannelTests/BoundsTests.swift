@@ -151,9 +151,12 @@ struct BoundsTests {
             burst += try terminal.echoRequestFrame(identifier: UInt8(i), size: 16)
             burst += terminal.pingFrame(ours, sequence: UInt16(i), size: 1400)
         }
-        // Flood for three seconds without reading a byte of the answers: a tight loop, on a
-        // thread of its own.
-        let written = await offThePool {
+        // The scripted peer is driven in one tight loop on a thread of its own, from the flood to
+        // the last ping: a pause between its stages (the test's task waiting for a runner
+        // thread under load) would be a peer that stops answering echoes.
+        struct Flood { var written: Int; var flooded: LineQueueCounters; var unsentAfterFlood: Int; var drained: Bool; var answered: Bool }
+        let r = await offThePool { () -> Flood in
+            // Flood for three seconds without reading a byte of the answers.
             let end = monotonicNow() + .seconds(3)
             var written = 0
             while monotonicNow() < end {
@@ -165,27 +168,27 @@ struct BoundsTests {
                     usleep(500)
                 }
             }
-            return written
+            let flooded = channel.status.lineQueue
+            let unsent = terminal.unsentBytes
+            // The peer reads again: the queue drains, and the link still answers a ping.
+            let drained = terminal.run(for: .seconds(20)) { channel.status.lineQueue.queued == 0 }
+            terminal.events.removeAll()
+            terminal.send(raw: terminal.pingFrame(ours, sequence: 9999, size: 56))
+            let answered = terminal.run(for: .seconds(10)) {
+                terminal.events.contains { if case .echoReply(_, 0x4242, 9999, _) = $0 { return true } else { return false } }
+            }
+            return Flood(written: written, flooded: flooded, unsentAfterFlood: unsent, drained: drained, answered: answered)
         }
-        let flooded = channel.status.lineQueue
-        print("flood: offered \(written) B; \(flooded)")
+        let flooded = r.flooded
+        print("flood: offered \(r.written) B; \(flooded)")
         // The control reserve (16 KiB) is the most the queue may hold beyond the limit.
         #expect(flooded.peak <= limit + 16 * 1024, "\(flooded)")
         #expect(flooded.droppedPackets > 0)
         #expect(flooded.readPauses > 0)
         // The flood backed up on the terminal's side: the line is not read while our queue is full.
-        #expect(terminal.unsentBytes > 0, "the whole flood (\(written) B) was taken")
-
-        // The peer reads again: the queue drains, and the link still answers a ping.
-        let drained = await offThePool { terminal.run(for: .seconds(20)) { channel.status.lineQueue.queued == 0 } }
-        #expect(drained)
-        let answered = await offThePool {
-            terminal.events.removeAll()
-            terminal.send(raw: terminal.pingFrame(ours, sequence: 9999, size: 56))
-            return terminal.run(for: .seconds(10)) {
-                terminal.events.contains { if case .echoReply(_, 0x4242, 9999, _) = $0 { return true } else { return false } }
-            }
-        }
+        #expect(r.unsentAfterFlood > 0, "the whole flood (\(r.written) B) was taken")
+        #expect(r.drained)
+        let answered = r.answered
         #expect(answered)
         #expect(channel.isOpen)
         await channel.close()
@@ -505,14 +508,15 @@ extension BoundsTests {
         // so what the pty does not hold waits in our queue.
         var burst: [UInt8] = []
         for i in 0..<150 { burst += terminal.pingFrame(ours, sequence: UInt16(i), size: 1400) }
-        let sent = await offThePool {
+        // One tight loop on a thread of its own from the burst to the last read: a pause between
+        // stages (the test's task waiting for a runner thread under load) would add to the time
+        // the terminal does not read, and four missed echoes end the link.
+        struct Stages { var sent: Bool; var queuedDuringWait: Int; var read: Bool }
+        let r = await offThePool { () -> Stages in
             terminal.send(raw: burst)
             terminal.run(for: .seconds(5), reading: false) { terminal.unsentBytes == 0 }
-            return terminal.unsentBytes == 0
-        }
-        try #require(sent)
-        // Two and a half echo intervals without reading: two or three Echo-Requests are queued.
-        let queuedDuringWait = await offThePool {
+            let sent = terminal.unsentBytes == 0
+            // Two and a half echo intervals without reading: two or three Echo-Requests are queued.
             terminal.received = []
             let wait = monotonicNow() + .milliseconds(2500)
             var queued = Int.max
@@ -521,16 +525,15 @@ extension BoundsTests {
                 queued = min(queued, channel.status.lineQueue.queued)
                 usleep(5000)
             }
-            return queued
-        }
-        try #require(queuedDuringWait >= 64 * 1024, "the pty took the replies; nothing waited in our queue")
-
-        // The terminal reads it all (and answers the echoes).
-        let read = await offThePool {
-            terminal.run(for: .seconds(10)) {
+            // The terminal reads it all (and answers the echoes).
+            let read = terminal.run(for: .seconds(10)) {
                 terminal.events.filter { if case .echoReply(_, 0x4242, _, _) = $0 { return true } else { return false } }.count >= 150
             }
+            return Stages(sent: sent, queuedDuringWait: queued, read: read)
         }
+        try #require(r.sent)
+        try #require(r.queuedDuringWait >= 64 * 1024, "the pty took the replies; nothing waited in our queue")
+        let read = r.read
         #expect(read)
         var decoder = HDLCDecoder()
         let frames = decoder.decode(terminal.received ?? [])
@@ -543,7 +546,7 @@ extension BoundsTests {
                 for i in ipAfterEachEcho.indices { ipAfterEachEcho[i] += f.information.count }
             }
         }
-        print("echo requests with IP bytes after them: \(ipAfterEachEcho); queue at least \(queuedDuringWait) B while they were due")
+        print("echo requests with IP bytes after them: \(ipAfterEachEcho); queue at least \(r.queuedDuringWait) B while they were due")
         // In one queue they would all come after the replies queued before them (at most one,
         // due while the burst was being answered, could precede some). Ahead of the data,
         // those due in the wait pass the whole backlog.
