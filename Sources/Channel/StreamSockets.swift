@@ -176,35 +176,31 @@ public final class StreamListener {
     public var acceptBackoffs: Int { backoff.count }
 
     /// Listens on `endpoint` (port 0 picks a free one; `endpoint` then tells it).
-    public init(on endpoint: TCPEndpoint, loop: EventLoop, onAccept: @escaping (StreamConnection) -> Void) throws(SystemError) {
+    public convenience init(on endpoint: TCPEndpoint, loop: EventLoop, onAccept: @escaping (StreamConnection) -> Void) throws(SystemError) {
         let fd = try HostSocket.listen(on: endpoint)
-        self.loop = loop
-        descriptor = fd
-        self.endpoint = HostSocket.localEndpoint(fd) ?? endpoint
-        path = nil
-        self.onAccept = onAccept
-        do throws(SystemError) {
-            try loop.register(fd, events: EPOLLIN.rawValue) { [weak self] _ in self?.acceptAll() }
-        } catch {
-            Glibc.close(fd)
-            throw error
-        }
+        try self.init(descriptor: fd, endpoint: HostSocket.localEndpoint(fd) ?? endpoint, path: nil, loop: loop, onAccept: onAccept)
     }
 
     /// Listens on a Unix socket at `path`, mode `mode` (see `UnixSocket.listen`); the file is
     /// removed on `close`. Clients of another user (not root) are closed at once.
-    public init(unixPath: String, mode: mode_t = 0o600, loop: EventLoop, onAccept: @escaping (StreamConnection) -> Void) throws(SystemError) {
+    public convenience init(unixPath: String, mode: mode_t = 0o600, loop: EventLoop, onAccept: @escaping (StreamConnection) -> Void) throws(SystemError) {
         let fd = try UnixSocket.listen(at: unixPath, mode: mode)
+        try self.init(descriptor: fd, endpoint: nil, path: unixPath, loop: loop, onAccept: onAccept)
+    }
+
+    /// Watches the listening socket `fd`; when that fails, it is closed (and its file removed).
+    private init(descriptor fd: Int32, endpoint: TCPEndpoint?, path: String?, loop: EventLoop,
+                 onAccept: @escaping (StreamConnection) -> Void) throws(SystemError) {
         self.loop = loop
         descriptor = fd
-        endpoint = nil
-        path = unixPath
+        self.endpoint = endpoint
+        self.path = path
         self.onAccept = onAccept
         do throws(SystemError) {
             try loop.register(fd, events: EPOLLIN.rawValue) { [weak self] _ in self?.acceptAll() }
         } catch {
             Glibc.close(fd)
-            unlink(unixPath)
+            if let path { unlink(path) }
             throw error
         }
     }

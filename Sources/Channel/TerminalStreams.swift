@@ -45,12 +45,6 @@ public final class TerminalStream {
         owner?.pump(self)
     }
 
-    /// Whether everything sent so far reached the terminal (it acknowledged every byte).
-    public var isFlushed: Bool {
-        guard let owner, let id else { return true }
-        return outgoing.count == outgoingStart && owner.unacknowledged(id) == 0
-    }
-
     /// Ends the stream now: an orderly close (FIN after what is queued in the stack), or a
     /// reset. What still waits here is dropped; `onClose` is not called.
     public func close(reset: Bool = false) {
@@ -116,7 +110,6 @@ final class TerminalStreams: StackApplication {
         return stream
     }
 
-    func unacknowledged(_ id: ConnectionID) -> Int { host?.unacknowledgedBytes(id) ?? 0 }
 
     func event(_ id: ConnectionID, _ event: TCPEvent, now: Instant) {
         guard let s = streams[id] else {

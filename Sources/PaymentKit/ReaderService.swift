@@ -310,6 +310,6 @@ final class ReaderService: StackApplication {
 
     func report() -> [String] {
         ["reader: port \(port), host \(connection.map { "connected \($0)" } ?? "not connected"), \(droppedMessages) messages dropped, "
-            + "second connections refused \(core.refusedSecondHosts), reset \(candidatesDropped)"]
+            + "second connections refused \(core.refusedSecondHosts), reset \(candidatesDropped), held back for an unwritten state \(heldBack)"]
     }
 }

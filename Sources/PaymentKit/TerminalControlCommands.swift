@@ -19,10 +19,6 @@ enum TerminalControlCommands {
     static func no(_ why: String) -> JSONValue { ["ok": false, "error": .string(why)] }
 
     /// Handles one command against `core`; returns its answer.
-    static func handle(_ command: JSONValue, core: TerminalCore, now: Instant) -> JSONValue {
-        handle(core: core, command, now: now)
-    }
-
     static func handle(core: TerminalCore, _ command: JSONValue, now: Instant) -> JSONValue {
         do throws(TerminalCore.PadRefusal) {
             switch command["cmd"]?.string ?? "" {

@@ -273,6 +273,16 @@ public final class TerminalSimulator: @unchecked Sendable {
         controlClients[key] = ControlClient(connection: c)
         c.onData = { [weak self] bytes in
             guard let self, var entry = self.controlClients[key] else { return }
+            // Answers an overlong line; false when the client went away on the answer.
+            func refuseLongLine() -> Bool {
+                let answer: JSONValue = ["ok": false, "error": .string("line longer than \(TerminalSimulator.controlLineLimit) bytes: skipped")]
+                entry.connection.send(answer.serialized + [0x0A])
+                guard entry.connection.isOpen else {
+                    self.controlClients[key] = nil
+                    return false
+                }
+                return true
+            }
             var rest = bytes[...]
             while !rest.isEmpty {
                 let newline = rest.firstIndex(of: 0x0A)
@@ -291,12 +301,7 @@ public final class TerminalSimulator: @unchecked Sendable {
                         entry.buffer = []
                         entry.skipping = true
                         self.controlClientsRefused += 1
-                        let answer: JSONValue = ["ok": false, "error": .string("line longer than \(TerminalSimulator.controlLineLimit) bytes: skipped")]
-                        entry.connection.send(answer.serialized + [0x0A])
-                        guard entry.connection.isOpen else {
-                            self.controlClients[key] = nil
-                            return
-                        }
+                        guard refuseLongLine() else { return }
                     }
                     break
                 }
@@ -304,12 +309,7 @@ public final class TerminalSimulator: @unchecked Sendable {
                 entry.buffer = []
                 rest = rest[(newline + 1)...]
                 guard line.count <= TerminalSimulator.controlLineLimit else {
-                    let answer: JSONValue = ["ok": false, "error": .string("line longer than \(TerminalSimulator.controlLineLimit) bytes: skipped")]
-                    entry.connection.send(answer.serialized + [0x0A])
-                    guard entry.connection.isOpen else {
-                        self.controlClients[key] = nil
-                        return
-                    }
+                    guard refuseLongLine() else { return }
                     continue
                 }
                 self.controlClients[key] = entry
@@ -384,9 +384,9 @@ public final class TerminalSimulator: @unchecked Sendable {
         default:
             guard let service else {
                 // Between two lines (re-arming after a host left) the pad still answers.
-                return name == "status" || core.isPoweredOn ? TerminalControlCommands.handle(command, core: core, now: now) : ["ok": false, "error": "terminal is off"]
+                return name == "status" || core.isPoweredOn ? TerminalControlCommands.handle(core: core, command, now: now) : ["ok": false, "error": "terminal is off"]
             }
-            let answer = service.withCore(now: now) { TerminalControlCommands.handle(command, core: $0, now: now) }
+            let answer = service.withCore(now: now) { TerminalControlCommands.handle(core: $0, command, now: now) }
             // New keys (provisionKey) are kept at once.
             _ = saveState()
             terminal?.kick()
