@@ -1,10 +1,8 @@
 import Channel
-import Crypto
-import Glibc
-import NetStack
 import Payment
 
-/// Discovery over the machine's lines (SPEC §4.5).
+/// Discovery over the machine's lines (SPEC §4.5): the lines are the shell's to scan; the
+/// session counts it as the operation in progress.
 extension PaymentReader {
     // MARK: Discovery
 
@@ -14,13 +12,14 @@ extension PaymentReader {
     @discardableResult
     public func discoverReaders(_ configuration: DiscoveryConfiguration, pattern: String = ReaderLines.defaultPattern) async throws(PaymentError) -> DiscoveredReader? {
         try await run { [self] finish in
-            if busy(finish) { return }
+            if let refusal = core.beginDiscovery() { return finish(.failure(refusal)) }
             do throws(PaymentError) { _ = try ReaderLines.scan(pattern) } catch {
-                setState(.failed(error.code))
+                core.discoveryEnded(state: .failed(error.code))
+                drain()
                 return finish(.failure(error))
             }
             discovery = DiscoveryRun(core: DiscoveryCore(configuration: configuration, now: loop.now), pattern: pattern, finish: finish)
-            setState(.discovery)
+            drain()
             discoveryTick()
         }
     }
@@ -45,7 +44,9 @@ extension PaymentReader {
         guard let d = discovery else { return }
         discovery = nil
         if let t = d.timer { loop.cancelTimer(t) }
-        if let state { setState(state) } else { stateValue = .ready }
+        core.discoveryEnded(state: state)
+        // The state change goes to the delegate before the discovery's answer.
+        for o in core.takeOutputs() { perform(o) }
         d.finish(result)
     }
 }

@@ -5,29 +5,21 @@ import PPP
 import Payment
 
 /// One connection to a reader: the channel on its line (our PPP link, the SOCKS proxy for the
-/// terminal's gateway traffic), a stream through our stack to the terminal's reader port held
-/// inside the process (no host socket another local process could connect to), and the framed
-/// reader protocol over it. Loop thread only.
+/// terminal's gateway traffic) and a stream through our stack to the terminal's reader port held
+/// inside the process (no host socket another local process could connect to). The reader
+/// protocol over it is `ReaderSession`'s; this carries its bytes. Loop thread only.
 final class ReaderLink {
     let loop: EventLoop
     let channel: Channel
     let configuration: ReaderConnectionConfiguration
     private(set) var connection: TerminalStream?
-    private var decoder = PaymentFrameDecoder()
-    private var serviceCounter = 0
-    private var pending: [String: (PaymentMessage) -> Void] = [:]
-    /// What to do for a pending request when the link goes before its answer came.
-    private var unanswered: [String: () -> Void] = [:]
-    private(set) var poiID = "UNKNOWN"
-    /// Set by a Shutdown event: the reason the terminal gave before going.
-    var shutdownReason: DisconnectReason?
     private(set) var up = false
     private(set) var gone = false
     private var connectRetry: Int?
     /// Loses the session a moment after it ended, unless the link's end says why first.
     private var endTimer: Int?
-    /// Messages that are not answers (device requests, events, answers to earlier logins).
-    var onMessage: ((PaymentMessage) -> Void)?
+    /// The reader's bytes.
+    var onData: (([UInt8]) -> Void)?
     /// Once, when the link or the reader connection is lost after it was up.
     var onLost: ((ChannelCloseReason?) -> Void)?
     /// Once: the reader connection is established (or the attempt failed).
@@ -53,11 +45,8 @@ final class ReaderLink {
         channel = Channel(configuration: c, loop: loop)
     }
 
-    /// Opens the link and the reader connection; `ready` is called once.
     /// Why the channel closed, once it has.
     private(set) var closeReason: ChannelCloseReason?
-    /// The reader sent a frame the decoder refused.
-    private(set) var protocolViolation = false
 
     /// The line itself went away (hung up or failed) rather than PPP refusing.
     var lineLost: Bool {
@@ -67,6 +56,7 @@ final class ReaderLink {
         }
     }
 
+    /// Opens the link and the reader connection; `ready` is called once.
     func open(ready: @escaping (PaymentError?) -> Void) {
         onReady = ready
         channel.observe { [weak self] event in self?.channelEvent(event) }
@@ -160,71 +150,15 @@ final class ReaderLink {
 
     private func received(_ bytes: [UInt8]) {
         observer?(bytes)
-        let frames: [[UInt8]]
-        do { frames = try decoder.feed(bytes) } catch {
-            // A zero or oversize length: the connection is closed (2012 for what waits on it).
-            protocolViolation = true
-            connection?.close(reset: true)
-            connection = nil
-            return lose(nil)
-        }
-        for frame in frames {
-            guard let message = try? PaymentMessage.decode(frame) else { continue }
-            if message.header.type == .response, message.header.messageClass == .service, let sid = message.header.identifier,
-               let handler = pending.removeValue(forKey: message.header.category.rawValue + "/" + sid) {
-                unanswered[message.header.category.rawValue + "/" + sid] = nil
-                // The answer must echo what was asked (else a protocol error for that request).
-                handler(message)
-                continue
-            }
-            onMessage?(message)
-        }
+        onData?(bytes)
     }
 
-    /// Sends a Service request; `answer` gets its response (or nothing if the link goes).
-    @discardableResult
-    func request(_ category: PaymentMessage.Category, body: JSONValue, answer: ((PaymentMessage) -> Void)? = nil,
-                 ifLost: (() -> Void)? = nil) -> String {
-        if category == .login {
-            serviceCounter = 0
-            pending = [:]
-            // Nothing asked before a new login is answered after it.
-            let lost = unanswered.values
-            unanswered = [:]
-            for f in lost { f() }
-        }
-        serviceCounter += 1
-        let sid = String(serviceCounter)
-        let header = PaymentMessage.Header(protocolVersion: category == .login || category == .diagnosis ? "3.1" : nil,
-                                           messageClass: .service, category: category, type: .request,
-                                           identifier: sid, saleID: configuration.saleID, poiID: poiID)
-        if let answer { pending[category.rawValue + "/" + sid] = answer }
-        if let ifLost { unanswered[category.rawValue + "/" + sid] = ifLost }
-        send(PaymentMessage(direction: .request, header: header, body: body))
-        return sid
-    }
-
-    /// Answers a Device request from the terminal; false when the answer was too large to send.
-    @discardableResult
-    func answer(_ request: PaymentMessage, body: JSONValue) -> Bool {
-        send(PaymentMessage(direction: .response, header: request.header.response(), body: body))
-    }
-
-    /// Messages not sent because they would not fit in a frame.
-    private(set) var oversizeMessages = 0
-
-    @discardableResult
-    private func send(_ message: PaymentMessage) -> Bool {
-        guard let frame = try? PaymentFrame.encode(message.encoded) else {
-            oversizeMessages += 1
-            return false
-        }
+    /// Sends one frame of the reader protocol.
+    func send(_ frame: [UInt8]) {
+        guard !gone else { return }
         observer?(frame)
         connection?.send(frame)
-        return true
     }
-
-    func setPOIID(_ id: String) { poiID = id }
 
     private func lose(_ reason: ChannelCloseReason?) {
         if let endTimer { loop.cancelTimer(endTimer) }
@@ -246,13 +180,8 @@ final class ReaderLink {
         endTimer = nil
         connection?.close()
         connection = nil
-        pending = [:]
-        onMessage = nil
+        onData = nil
         channel.requestClose()
-        // Requests that will never be answered now: their callers must not wait for ever.
-        let lost = unanswered.values
-        unanswered = [:]
-        for f in lost { f() }
     }
 
     /// Closes politely and waits for the link to be down.

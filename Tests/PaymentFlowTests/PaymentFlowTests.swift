@@ -371,7 +371,7 @@ import Testing
             close(fd)
             Issue.record("something listens on 127.0.0.1:\(port)")
         }
-        let channel = try #require(world.loop.sync { world.reader.link?.channel })
+        let channel = try #require(world.reader.channel)
 
         /// Opens a second stream, sends one Login (with `token` in its Ext when given) and
         /// collects what comes back until the terminal ends the stream.
