@@ -16,6 +16,7 @@ let package = Package(
         .executable(name: "pppbridge-fuzz-messages", targets: ["FuzzPaymentMessages"]),
         .executable(name: "pppbridge-fuzz-link", targets: ["FuzzLink"]),
         .executable(name: "pppbridge-fuzz-channel", targets: ["FuzzChannel"]),
+        .executable(name: "pppbridge-fuzz-session", targets: ["FuzzReaderSession"]),
     ],
     targets: [
         // System libraries from Debian (libpcap-dev, libssl-dev).
@@ -62,6 +63,7 @@ let package = Package(
         .executableTarget(name: "FuzzIPStack", dependencies: ["NetStack", "FuzzSupport"], path: "Tools/Fuzz/IPStack"),
         .executableTarget(name: "FuzzPaymentMessages", dependencies: ["Payment", "FuzzSupport"], path: "Tools/Fuzz/PaymentMessages"),
         .executableTarget(name: "FuzzLink", dependencies: ["Framing", "PPP", "NetStack", "FuzzSupport"], path: "Tools/Fuzz/Link"),
+        .executableTarget(name: "FuzzReaderSession", dependencies: ["Payment", "NetStack", "FuzzSupport"], path: "Tools/Fuzz/ReaderSession"),
         .executableTarget(name: "FuzzChannel", dependencies: ["NetStack", "FuzzSupport"], path: "Tools/Fuzz/Channel"),
         .executableTarget(name: "FuzzStreamDecoder", dependencies: ["Framing", "FuzzSupport"], path: "Tools/Fuzz/StreamDecoder"),
         .executableTarget(

@@ -12,7 +12,8 @@
 # stack (our IPv4/ICMP/UDP/TCP input path: parsers, reassembly, TCP state machine),
 # link (line bytes through the decoder, LCP, PAP/CHAP, IPCP, VJ into the stack: a whole link),
 # channel (the proxy's SOCKS negotiation and destination policy, the DNS relay's book of queries),
-# messages (the payment reader protocol's frame decoder, JSON parser and message envelope).
+# messages (the payment reader protocol's frame decoder, JSON parser and message envelope),
+# session (the host's reader session driven by a hostile reader: answers, events, calls, time).
 # Seeds come from ../shared/traces, made-up sessions (Tools/fuzz_seeds.py) and the committed
 # regression inputs (Tools/Fuzz/regressions/TARGET, replayed by the tests). The stack and link
 # targets fix up checksums, so mutations reach the state machines; each run ends with a
@@ -25,7 +26,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(stream packets stack link channel messages)
+[ ${#targets[@]} -gt 0 ] || targets=(stream packets stack link channel messages session)
 
 # FUZZ_SANITIZE=fuzzer leaves AddressSanitizer out: two to three times the executions a second
 # for a campaign, and Swift's own checks (bounds, overflow, unwraps) still trap. Each set of

@@ -10,6 +10,10 @@ stack:   a flags byte, then the IPv4 packets of each capture, eight at a time, e
          2-byte length; and made-up exchanges (a TCP connection to port 80, fragments, UDP).
 channel: SOCKS handshakes behind a selector byte, and DNS relay operations (queries, answers,
          time, closes).
+session: a scene byte (pairing, a bond, auto-reconnect), then a script of records (op, 2-byte
+         length, payload) for the host's reader session: answers to its requests, reader events
+         and device requests, time, calls, lost links; whole flows (login, payment, signature,
+         reversal, a drop and its recovery, an update, a pairing).
 link:    a flags byte, then PPP frames (protocol and information, each behind a 2-byte length):
          a terminal's whole session (LCP, PAP or CHAP, IPCP, then the stack's exchanges).
 Only seeds are made here; the project's readers (libpcap, the record reader) are what is fuzzed.
@@ -220,6 +224,45 @@ def main():
             count += 1
         open(os.path.join(out, "messages-all"), "wb").write(b"\x07" + b"".join(frames))
         count += 1
+    if target == "session":
+        def rec(op, payload=b""):
+            if isinstance(payload, str):
+                payload = payload.encode()
+            return bytes([op]) + len(payload).to_bytes(2, "big") + payload
+        answer, event, device, frame, raw, time, pay, cancel, sign, admin, lose, fail, reply, control = 0, *range(2, 15)
+        ok = '{"Response":{"Result":"Success"}'
+        login = ok + ',"POISystemData":{"POITerminalData":{"POISerialNumber":"SIM-1"},"POISoftware":{"SoftwareVersion":"1.0.0"}},' \
+            '"Ext":{"ReaderSession":"00112233445566778899aabbccddeeff","Battery":{"Level":0.8},"KeyProfile":{"TransactionsRemaining":100}}}'
+        update = ok + ',"Ext":{"AvailableUpdate":{"Version":"1.1.0","Size":1000,"SHA256":"' + "ab" * 32 + '","Signature":"' + "cd" * 64 + \
+            '","DurationEstimate":"lessThanOneMinute"}}}'
+        approved = ok + ',"PaymentResult":{"PaymentAcquirerData":{"ApprovalCode":"123456"},"AmountsResp":{"AuthorizedAmountMinor":1050},' \
+            '"PaymentInstrumentData":{"CardData":{"MaskedPan":"411111******1111"}}},"POIData":{"POITransactionID":{"TransactionID":"77"}},' \
+            '"Ext":{"OperationID":"OP-0011223344556677","SignatureRequired":true,"AuthenticatedByPin":false}}'
+        in_progress = '{"Response":{"Result":"Failure","ErrorCondition":"InProgress"}}'
+        recovered = ok + ',"RepeatedMessageResponse":{"RepeatedResponseMessageBody":{"PaymentResponse":' + approved + '}}}'
+        amount = (1050).to_bytes(5, "big")
+        scripts = {
+            "pay-sign-reverse": (0, [rec(answer, login), rec(pay, amount), rec(event, '{"EventToNotify":"ExtPhase","Ext":{"Phase":"Authorizing"}}'),
+                                     rec(device, b"\x01" + b'{"PrintOutput":{"DocumentQualifier":"CustomerReceipt","OutputContent":{"OutputText":[{"Text":"OK"}]}}}'),
+                                     rec(answer, approved), rec(sign, b"\x00GIF"), rec(reply, '{"Result":"ok"}'), rec(sign, b"\x02"),
+                                     rec(answer, ok + "}")]),
+            "drop-and-recover": (0, [rec(answer, login), rec(pay, amount), rec(lose, b"\x01"), rec(time, b"\x00\x0a"), rec(answer, login),
+                                     rec(answer, in_progress), rec(time, b"\x00\x40"), rec(answer, recovered)]),
+            "relay": (0, [rec(answer, login), rec(pay, amount),
+                          rec(device, b"\x02" + b'{"Message":"eyJUeXBlIjoiQXV0aG9yaXNlIiwiS1NOIjoiMDEiLCJBbW91bnRNaW5vciI6MTA1MH0=","MaximumTransmitTime":5}'),
+                          rec(reply, b"\x00" + b'{"Type":"AuthoriseResult","Result":"ok"}'), rec(cancel), rec(answer, '{"Response":{"Result":"Failure","ErrorCondition":"Aborted"}}')]),
+            "update": (0, [rec(answer, update), rec(admin, b"\x02"), rec(answer, ok + "}"), rec(event, '{"EventToNotify":"ExtUpdateProgress","Ext":{"Progress":0.5}}'),
+                           rec(event, '{"EventToNotify":"EndMaintenance","EventDetails":"result=ok&version=1.1.0"}'),
+                           rec(event, '{"EventToNotify":"Shutdown","EventDetails":"reason=updateRestart"}'), rec(lose), rec(time, b"\x00\x10"),
+                           rec(answer, login.replace("1.0.0", "1.1.0"))]),
+            "pairing": (1, [rec(answer, ok + ',"Ext":{"Pairing":{"TerminalPublicKey":"' + "11" * 32 + '","TerminalNonce":"' + "22" * 16 + '"}}}'),
+                            rec(answer, ok + "}"), rec(answer, ok + "}"), rec(lose), rec(time, b"\x00\x10"), rec(answer, login)]),
+            "bond-reboot": (2 | 1, [rec(answer, login), rec(admin, b"\x00"), rec(event, '{"EventToNotify":"Shutdown","EventDetails":"reason=rebootRequested"}'),
+                                    rec(lose), rec(admin, b"\x01"), rec(control, b"\x00")]),
+        }
+        for name, (scene, records) in scripts.items():
+            open(os.path.join(out, f"session-{name}"), "wb").write(bytes([scene]) + b"".join(records))
+            count += 1
     if count == 0:
         sys.exit(f"no seeds written from {traces}")
 

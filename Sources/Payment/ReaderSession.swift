@@ -196,6 +196,8 @@ public final class ReaderSession {
     var signatureCall: (id: Int, ticket: Int)?
     var relays: [Int: (link: LinkID, request: PaymentMessage.Header)] = [:]
     var nextCall = 0
+    /// Relayed authorisations waiting for the gateway.
+    public var relaysInFlight: Int { relays.count }
     /// Relays the reader asked for beyond the cap (a reader has one authorisation at a time).
     public internal(set) var relaysRefused = 0
     static let relayCap = 4
