@@ -89,10 +89,14 @@ public final class TerminalCore: @unchecked Sendable {
     /// Second connections refused while a host held the session.
     public internal(set) var refusedSecondHosts = 0
 
+    /// `random(n)`: n bytes from a CSPRNG (session tokens, pairing keys and nonces, PIN fill).
+    let random: @Sendable (Int) throws -> [UInt8]
+
     public init(configuration: Configuration = Configuration(), security: TerminalSecurity = .testDevice(),
-                now: Instant, wallClock: WallTime) {
+                now: Instant, wallClock: WallTime, random: @escaping @Sendable (Int) throws -> [UInt8] = { try SecureBytes.random($0) }) {
         self.configuration = configuration
         self.security = security
+        self.random = random
         startInstant = now
         wallOffset = wallClock.seconds
     }

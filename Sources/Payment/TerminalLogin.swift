@@ -65,9 +65,9 @@ extension TerminalCore {
             if let pairing = ext?["Pairing"] {
                 guard let hostKey = pairing["HostPublicKey"]?.string.flatMap(Hex.decode), hostKey.count == 32,
                       let commitment = pairing["Commitment"]?.string, commitment.utf8.count == 64,
-                      let ours = try? SecureBytes.random(32), let publicKey = try? X25519.publicKey(privateKey: ours),
+                      let ours = try? random(32), ours.count == 32, let publicKey = try? X25519.publicKey(privateKey: ours),
                       let shared = try? X25519.sharedSecret(privateKey: ours, peerPublicKey: hostKey),
-                      let nonce = try? SecureBytes.random(16) else {
+                      let nonce = try? random(16), nonce.count == 16 else {
                     return fail(h, .messageFormat, [("reason", "PairingKeyInvalid")])
                 }
                 s.pairing = PendingPairing(hostID: hostID, hostKey: hostKey, terminalKey: publicKey, sharedSecret: shared,
@@ -109,7 +109,7 @@ extension TerminalCore {
         guard let pending = pendingLogin else { return }
         pendingLogin = nil
         // A fresh token for every login: the one a taken-over session had is spent.
-        guard let token = try? SecureBytes.random(16) else {
+        guard let token = try? random(16), token.count == 16 else {
             return fail(pending.header, .unavailableDevice, [("reason", "NoRandomBytes")])
         }
         session = pending.session

@@ -87,7 +87,7 @@ extension TerminalCore {
                 amountMinor: t.amount, currencyNumeric: t.currency.numeric, paymentType: t.paymentType,
                 entryMode: t.card?.entryMode ?? "Keyed", cvm: t.card?.cvm ?? "NoCVM", originalOperationID: t.originalOperationID,
                 sessionToken: s.gatewaySession)
-            let request = try security.authorise(fields, card: t.card?.data, pin: t.card?.pin, keys: keys)
+            let request = try security.authorise(fields, card: t.card?.data, pin: t.card?.pin, keys: keys, pinFill: try random(8))
             t.card?.pin = nil
             transaction = t
             enqueueGateway(.authorise, request, hostRelay: t.hostRelay, timeout: configuration.transmitTimeout, now: now)

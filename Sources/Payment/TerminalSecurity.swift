@@ -135,14 +135,15 @@ public struct TerminalSecurity: Sendable {
     }
 
     /// The gateway's Authorise for `fields`, with the card and PIN encrypted under `keys`.
-    public func authorise(_ f: AuthoriseFields, card: CardData?, pin: String?, keys: TransactionKeys) throws -> JSONValue {
+    /// `pinFill`: the format-4 block's random fill (8 bytes; nil: drawn here).
+    public func authorise(_ f: AuthoriseFields, card: CardData?, pin: String?, keys: TransactionKeys, pinFill: [UInt8]? = nil) throws -> JSONValue {
         var encCard = "", encPIN = ""
         if let card {
             var track = Array(card.track2.utf8)
             defer { SecureBytes.wipe(&track) }
             encCard = Hex.encode(try BlockCipher.aes.encrypt(key: keys.data, track, mode: .cbc, padding: true))
             if let pin, f.cvm == "OnlinePIN" {
-                encPIN = Hex.encode(try PINBlock.encipherFormat4(pin: pin, pan: card.pan, key: keys.pin, random: fixedPINFill))
+                encPIN = Hex.encode(try PINBlock.encipherFormat4(pin: pin, pan: card.pan, key: keys.pin, random: fixedPINFill ?? pinFill))
             }
         }
         let message: JSONValue = [

@@ -120,9 +120,9 @@ import Testing
         /// The merchant's gateway session, which the host's login hands the terminal.
         let sessionToken: String
 
-        init(wall: WallTime) {
+        init(wall: WallTime, random: @escaping @Sendable (Int) throws -> [UInt8] = { try SecureBytes.random($0) }) {
             self.wall = wall
-            t = TerminalCore(security: .testDevice(), now: .zero, wallClock: wall)
+            t = TerminalCore(security: .testDevice(), now: .zero, wallClock: wall, random: random)
             let core = GatewayCore(configuration: .testKeys)
             gw = core
             gateway = { core.handle($0, now: wall) }

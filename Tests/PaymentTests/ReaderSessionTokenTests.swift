@@ -42,4 +42,15 @@ import Testing
         let second = try #require(again.first?.body["Ext"]?["ReaderSession"]?.string)
         #expect(second != token)
     }
+
+    @Test func aFailingRandomSourceRefusesTheLoginInsteadOfGivingAGuessableToken() throws {
+        struct NoEntropy: Error {}
+        let rig = HostileInputTests.Rig(wall: wall, random: { _ in throw NoEntropy() })
+        let status = rig.login()
+        #expect(status?.result == .failure && status?.value("reason") == "NoRandomBytes")
+        #expect(rig.t.readerSessionToken == nil)
+        // A short read is as bad as none.
+        let short = HostileInputTests.Rig(wall: wall, random: { n in [UInt8](repeating: 7, count: n / 2) })
+        #expect(short.login()?.value("reason") == "NoRandomBytes" && short.t.readerSessionToken == nil)
+    }
 }
