@@ -202,7 +202,11 @@ public final class ReaderSession {
     public internal(set) var relaysRefused = 0
     static let relayCap = 4
 
-    enum Timer: Hashable, CaseIterable { case linePoll, connect, lineRetry, backoff, reconnectDeadline, recovery }
+    enum Timer: Hashable, CaseIterable { case linePoll, connect, lineRetry, backoff, reconnectDeadline, recovery, answer, install }
+    /// How long a reboot or diagnosis waits for the reader's answer.
+    static let answerTimeout: Duration = .seconds(30)
+    /// How long an update may go without a sign of progress (a chunk, the end, the restart).
+    static let installSilence: Duration = .seconds(120)
     var timers: [Timer: Instant] = [:]
 
     /// `random(n)` gives n bytes from a CSPRNG (nonces, the pairing key); `wallClock` is the
@@ -248,6 +252,9 @@ public final class ReaderSession {
         case .reconnectDeadline:
             endEpisode(.failure(PaymentError(.reconnectTimeout, "no reader within \(settings.reconnectTimeout)")), now: now)
         case .recovery: recoverInFlight(now: now)
+        case .answer: answersOverdue(now: now)
+        case .install:
+            finishInstall(.failure(PaymentError(.updateIntegrity, "the reader stopped reporting the update's progress")), now: now)
         }
     }
 
@@ -261,6 +268,12 @@ public final class ReaderSession {
 
     func finish(_ ticket: Int, _ result: Result<Answer, PaymentError>) {
         outputs.append(.finished(ticket: ticket, result))
+    }
+
+    /// The bond with the target reader as it is now (the app may have removed or replaced it):
+    /// the next login proves this one.
+    public func bondChanged(_ key: [UInt8]?) {
+        target?.bondKey = key
     }
 
     /// Ends the call with `ticket` at once: the shell refused it before it reached the session.
@@ -318,6 +331,10 @@ extension ReaderSession {
         var loggedIn = false
         /// Messages not sent because they would not fit in a frame.
         var oversize = 0
+        /// Messages other than answers that came before the login succeeded (and were ignored).
+        var ignoredBeforeLogin = 0
+        /// When each request that must be answered (reboot, diagnosis) stops being waited for.
+        var answerDeadlines: [String: Instant] = [:]
     }
 
     struct PaymentInFlight {
@@ -351,9 +368,11 @@ extension ReaderSession {
 
     static func key(_ category: PaymentMessage.Category, _ sid: String) -> String { category.rawValue + "/" + sid }
 
-    /// Sends a Service request on the current link; its answer goes to `purpose`.
+    /// Sends a Service request on the current link; its answer goes to `purpose`. With
+    /// `answerWithin`, the request is given up after that long (`answersOverdue`).
     @discardableResult
-    func request(_ category: PaymentMessage.Category, body: JSONValue, purpose: Purpose? = nil) -> String? {
+    func request(_ category: PaymentMessage.Category, body: JSONValue, purpose: Purpose? = nil, answerWithin: Duration? = nil,
+                 now: Instant? = nil) -> String? {
         guard var l = link else { return nil }
         l.serviceCounter += 1
         let sid = String(l.serviceCounter)
@@ -361,6 +380,11 @@ extension ReaderSession {
                                            messageClass: .service, category: category, type: .request,
                                            identifier: sid, saleID: settings.saleID, poiID: l.poiID)
         if let purpose { l.pending[Self.key(category, sid)] = purpose }
+        if let answerWithin, let now {
+            let due = now + answerWithin
+            l.answerDeadlines[Self.key(category, sid)] = due
+            timers[.answer] = min(timers[.answer] ?? due, due)
+        }
         link = l
         send(PaymentMessage(direction: .request, header: header, body: body))
         return sid
@@ -388,11 +412,36 @@ extension ReaderSession {
         guard let l = link else { return }
         link = nil
         outputs.append(.closeLink(l.id))
+        relays = relays.filter { $0.value.link != l.id }
+        timers[.answer] = nil
         for purpose in l.pending.values { unanswered(purpose, shutdownReason: l.shutdownReason, now: now) }
     }
 
+    /// Requests the reader left unanswered past their deadline end as if their link had gone.
+    func answersOverdue(now: Instant) {
+        guard var l = link else { return }
+        let overdue = l.answerDeadlines.filter { $0.value <= now }.map(\.key)
+        for key in overdue {
+            l.answerDeadlines[key] = nil
+            if let purpose = l.pending.removeValue(forKey: key) {
+                link = l
+                switch purpose {
+                case .login, .pairingNonce, .confirmPairing:
+                    // A reader that takes the link but never logs us in: this attempt has failed.
+                    return setupEnded(PaymentError(.connectTimedOut, "the reader did not answer the login within \(settings.connectTimeout)"), now: now)
+                default:
+                    unanswered(purpose, shutdownReason: nil, now: now, detail: "no answer from the reader within \(Self.answerTimeout)")
+                }
+                guard let current = link, current.id == l.id else { return }
+                l = current
+            }
+        }
+        link = l
+        timers[.answer] = l.answerDeadlines.values.min()
+    }
+
     /// A request whose link went before its answer.
-    func unanswered(_ purpose: Purpose, shutdownReason: DisconnectReason?, now: Instant) {
+    func unanswered(_ purpose: Purpose, shutdownReason: DisconnectReason?, now: Instant, detail: String = "the reader went away") {
         switch purpose {
         case .reversal(_, let ticket):
             // Whether the reversal reached the gateway is not known.
@@ -400,9 +449,9 @@ extension ReaderSession {
             finish(ticket, .failure(PaymentError(.unknownOutcome, "the link went before the reversal's answer")))
         case .reboot(let ticket):
             // The answer may be overtaken by the reboot itself.
-            finish(ticket, shutdownReason == .rebootRequested ? .success(.done) : .failure(PaymentError(.connectionLost, "the reader went away")))
+            finish(ticket, shutdownReason == .rebootRequested ? .success(.done) : .failure(PaymentError(.connectionLost, detail)))
         case .diagnosis(let ticket):
-            finish(ticket, .failure(PaymentError(.connectionLost, "the reader went away")))
+            finish(ticket, .failure(PaymentError(.connectionLost, detail)))
         case .login, .pairingNonce, .confirmPairing, .payment, .transactionStatus, .installUpdate:
             // The setup, the payment's recovery and the install follow the link's loss itself.
             break

@@ -67,13 +67,8 @@ extension ReaderSession {
 
     /// The connect call ends in failure: whatever link it had goes.
     func connectFailed(_ e: PaymentError, now: Instant) {
-        let ticket: Int?
-        switch phase {
-        case .connecting(let c): ticket = c.ticket
-        case .connected: ticket = install?.duringConnect
-        case .idle, .reconnecting: ticket = nil
-        }
-        guard let ticket else { return }
+        guard case .connecting(let c) = phase else { return }
+        let ticket = c.ticket
         timers[.connect] = nil
         timers[.linePoll] = nil
         timers[.lineRetry] = nil
@@ -140,7 +135,7 @@ extension ReaderSession {
             "SaleTerminalData": ["TerminalEnvironment": "Attended", "SaleCapabilities": ["CashierDisplay", "CashierStatus", "PrinterReceipt"]],
             "OperatorLanguage": "en",
             "Ext": ext,
-        ], purpose: .login)
+        ], purpose: .login, answerWithin: settings.connectTimeout, now: now)
     }
 
     /// This link will not do: it goes, and the connect or the reconnect attempt has failed.
@@ -218,7 +213,8 @@ extension ReaderSession {
         pairingPlan?.passkey = passkey
         pairingPlan?.confirmation = confirmation
         setSetup(.pairing(l.id))
-        request(.admin, body: ["ServiceIdentification": "PairingNonce", "Ext": ["HostNonce": .string(Hex.encode(hostNonce))]], purpose: .pairingNonce)
+        request(.admin, body: ["ServiceIdentification": "PairingNonce", "Ext": ["HostNonce": .string(Hex.encode(hostNonce))]], purpose: .pairingNonce,
+                answerWithin: settings.connectTimeout, now: now)
     }
 
     func pairingNonceAnswered(_ status: PaymentResponseStatus?, now: Instant) {
@@ -236,7 +232,8 @@ extension ReaderSession {
         if case .connecting = phase { timers[.connect] = now + settings.connectTimeout }
         guard confirmed else { return setupEnded(PaymentError(.pairingRejected, "passkey \(plan.passkey) not confirmed"), now: now) }
         setSetup(.pairing(id))
-        request(.admin, body: ["ServiceIdentification": "ConfirmPairing", "Ext": ["Confirmation": .string(plan.confirmation)]], purpose: .confirmPairing)
+        request(.admin, body: ["ServiceIdentification": "ConfirmPairing", "Ext": ["Confirmation": .string(plan.confirmation)]], purpose: .confirmPairing,
+                answerWithin: settings.connectTimeout, now: now)
     }
 
     func pairingConfirmationAnswered(_ status: PaymentResponseStatus?, now: Instant) {

@@ -16,7 +16,9 @@ extension ReaderSession {
     /// The link could not be opened; `lineLost` when the line itself went (hung up or failed)
     /// rather than PPP or the reader's port refusing.
     public func linkFailed(_ id: LinkID, _ error: PaymentError, lineLost: Bool, now: Instant) {
-        guard link?.id == id else { return }
+        guard let l = link, l.id == id else { return }
+        // Once open, its end is a loss, whatever the shell calls it.
+        if l.opened { return linkLost(id, echoTimeout: false, lineLost: lineLost, now: now) }
         // The shell has let it go already.
         link = nil
         setupFailed(error, lineLost: lineLost, now: now)
@@ -51,9 +53,15 @@ extension ReaderSession {
             let h = message.header
             if h.type == .response, h.messageClass == .service, let sid = h.identifier,
                let purpose = link?.pending.removeValue(forKey: Self.key(h.category, sid)) {
+                link?.answerDeadlines[Self.key(h.category, sid)] = nil
+                timers[.answer] = link?.answerDeadlines.values.min()
                 answered(purpose, message, now: now)
-            } else {
+            } else if link?.loggedIn == true {
                 incoming(message, now: now)
+            } else {
+                // Until the reader has logged us in (and proved our bond), nothing it says but
+                // its answers counts: a stand-in must not report a payment, print, or relay.
+                link?.ignoredBeforeLogin += 1
             }
         }
     }
@@ -185,6 +193,7 @@ extension ReaderSession {
             if p >= i.lastProgress {
                 i.lastProgress = p
                 install = i
+                timers[.install] = now + Self.installSilence
                 outputs.append(.installProgress(p))
             }
         case "EndMaintenance":
@@ -193,6 +202,8 @@ extension ReaderSession {
             case "ok":
                 i.restarting = true
                 install = i
+                // The restart's reconnect has its own deadline.
+                timers[.install] = nil
             case "updateCanceled": finishInstall(.failure(PaymentError(.updateCanceled)), now: now)
             default: finishInstall(.failure(PaymentError(.updateIntegrity, "the reader refused the image")), now: now)
             }

@@ -17,14 +17,14 @@ extension ReaderSession {
     /// The merchant login's end: the session later logins present (unless their settings carry
     /// one), and the merchant it named.
     public func merchantLoginEnded(_ result: Result<(sessionToken: String?, merchantID: String), PaymentError>) {
-        guard state == .login else { return }
         switch result {
         case .success(let session):
+            // Kept whatever happened meanwhile: later logins and signatures need it.
             sessionToken = session.sessionToken
             gatewayMerchantID = PaymentRules.isDigits(session.merchantID, 9...9) ? session.merchantID : nil
-            setState(.ready)
+            if state == .login { setState(.ready) }
         case .failure(let e):
-            setState(.failed(e.code))
+            if state == .login { setState(.failed(e.code)) }
         }
     }
 
@@ -222,16 +222,16 @@ extension ReaderSession {
     // MARK: Reboot, diagnosis, updates
 
     /// Reboots the reader (idle only). It disconnects with `rebootRequested`; no reconnect.
-    public func reboot(_ ticket: Int) {
+    public func reboot(_ ticket: Int, now: Instant) {
         if refusedAsBusy(ticket) { return }
         guard liveLink != nil else { return finish(ticket, .failure(PaymentError(.notConnected))) }
-        request(.admin, body: ["ServiceIdentification": "Reboot"], purpose: .reboot(ticket: ticket))
+        request(.admin, body: ["ServiceIdentification": "Reboot"], purpose: .reboot(ticket: ticket), answerWithin: Self.answerTimeout, now: now)
     }
 
     /// Asks the reader for its state; with `host` it also pings the gateway through the proxy.
-    public func diagnose(_ ticket: Int, host: Bool) {
+    public func diagnose(_ ticket: Int, host: Bool, now: Instant) {
         guard liveLink != nil else { return finish(ticket, .failure(PaymentError(.notConnected))) }
-        request(.diagnosis, body: ["HostDiagnosisFlag": .bool(host)], purpose: .diagnosis(ticket: ticket))
+        request(.diagnosis, body: ["HostDiagnosisFlag": .bool(host)], purpose: .diagnosis(ticket: ticket), answerWithin: Self.answerTimeout, now: now)
     }
 
     /// Installs the optional update the reader offered; finishes when the reader runs it.
@@ -246,6 +246,7 @@ extension ReaderSession {
         let update = ReaderSoftwareUpdate(deviceSoftwareVersion: offer.version, durationEstimate: offer.durationEstimate,
                                           requiredAt: offer.requiredAt, size: offer.size)
         install = Install(update: update, offer: offer, duringConnect: duringConnect, ticket: ticket)
+        timers[.install] = now + Self.installSilence
         outputs.append(.installStarted(update))
         request(.admin, body: ["ServiceIdentification": "InstallUpdate"], purpose: .installUpdate)
     }
@@ -259,6 +260,7 @@ extension ReaderSession {
     func finishInstall(_ r: Result<Void, PaymentError>, now: Instant) {
         guard let i = install else { return }
         install = nil
+        timers[.install] = nil
         switch r {
         case .success: outputs.append(.installFinished(i.update, nil))
         case .failure(let e): outputs.append(.installFinished(i.update, e))

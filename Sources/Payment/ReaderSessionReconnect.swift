@@ -25,6 +25,10 @@ extension ReaderSession {
             outputs.append(.disconnected(.unknown))
             return
         }
+        if install?.duringConnect != nil {
+            // The connect this required update belonged to fails: there is no session to get back.
+            return finishInstall(.failure(PaymentError(.connectionLost, "the reader went during the required update")), now: now)
+        }
         finishInstall(.failure(PaymentError(.connectionLost)), now: now)
         if reason.isExpected || !settings.autoReconnect {
             info = nil

@@ -20,6 +20,7 @@ public final class PaymentReader: @unchecked Sendable {
     /// What each call in flight resumes, by its ticket.
     var calls: [Int: (Result<ReaderSession.Answer, PaymentError>) -> Void] = [:]
     var nextTicket = 0
+    var draining = false
     var deadlineTimer: (id: Int, at: Instant)?
     var configuration: ReaderConnectionConfiguration?
     var discovery: DiscoveryRun?
@@ -67,15 +68,25 @@ public final class PaymentReader: @unchecked Sendable {
         try await run { [self] finish in
             nextTicket += 1
             calls[nextTicket] = finish
-            core.setWallClock(.current(), at: loop.now)
+            tick()
             start(nextTicket, loop.now)
             drain()
         }
     }
 
+    /// Before every input: the core's wall clock is the system's now (it may have been stepped,
+    /// or the machine suspended, since the last input).
+    func tick() {
+        core.setWallClock(.current(), at: loop.now)
+    }
+
     /// Carries out everything the core has to say, until it has nothing more, and keeps one
-    /// loop timer at its deadline.
+    /// loop timer at its deadline. A delegate that calls back in (cancel from a callback) adds
+    /// to what the running drain carries out, in order, rather than starting another.
     func drain() {
+        guard !draining else { return }
+        draining = true
+        defer { draining = false }
         while true {
             let outputs = core.takeOutputs()
             if outputs.isEmpty { break }
@@ -90,6 +101,7 @@ public final class PaymentReader: @unchecked Sendable {
             let id = loop.schedule(at: deadline) { [weak self] in
                 guard let self else { return }
                 self.deadlineTimer = nil
+                self.tick()
                 self.core.poll(now: self.loop.now)
                 self.drain()
             }
@@ -106,6 +118,8 @@ public final class PaymentReader: @unchecked Sendable {
             core.lineProbed(present: present, advert: advert,
                             bondKey: peripheral.flatMap { configuration?.bonds.key(for: $0.peripheralUUID) }, now: loop.now)
         case .openLink(let id, let path):
+            // The bond as the store has it now: the app may have removed or replaced it.
+            if let p = core.target?.peripheral { core.bondChanged(configuration?.bonds.key(for: p.peripheralUUID)) }
             openLink(id, path: path)
         case .send(let id, let frame):
             links[id]?.send(frame)
@@ -115,6 +129,7 @@ public final class PaymentReader: @unchecked Sendable {
         case .gateway(let id, let request):
             guard let c = configuration else { return core.gatewayAnswered(id, nil) }
             GatewayClient.exchange(request, with: c.gateway, loop: loop, timeout: .seconds(10), observer: recorder) { [weak self] answer in
+                self?.tick()
                 self?.core.gatewayAnswered(id, answer)
                 self?.drain()
             }
@@ -124,6 +139,7 @@ public final class PaymentReader: @unchecked Sendable {
             }
             GatewayClient.exchange(payload: payload, with: c.gateway, loop: loop, timeout: timeout, observer: nil) { [weak self] answer in
                 guard let self else { return }
+                self.tick()
                 self.core.relayAnswered(id, .answer(answer), now: self.loop.now)
                 self.drain()
             }
@@ -154,6 +170,7 @@ public final class PaymentReader: @unchecked Sendable {
         case .reconnectStarted(let episode, let reason):
             let cancelable = Cancelable(loop: loop) { [weak self] in
                 guard let self else { return }
+                self.tick()
                 self.core.cancelReconnect(episode: episode, now: self.loop.now)
                 self.drain()
             }
@@ -185,6 +202,7 @@ public final class PaymentReader: @unchecked Sendable {
         }
         l.onData = { [weak self] bytes in
             guard let self else { return }
+            self.tick()
             self.core.received(id, bytes, now: self.loop.now)
             self.drain()
         }
@@ -193,11 +211,13 @@ public final class PaymentReader: @unchecked Sendable {
             self.links[id] = nil
             var echoTimeout = false
             if case .echoTimeout? = reason { echoTimeout = true }
+            self.tick()
             self.core.linkLost(id, echoTimeout: echoTimeout, lineLost: l?.lineLost ?? false, now: self.loop.now)
             self.drain()
         }
         l.open { [weak self, l] error in
             guard let self else { return }
+            self.tick()
             if let error {
                 self.links[id] = nil
                 self.core.linkFailed(id, error, lineLost: l.lineLost, now: self.loop.now)
@@ -244,6 +264,7 @@ public final class PaymentReader: @unchecked Sendable {
     public func disconnect() async {
         let closing: [ReaderLink] = await loop.perform { [self] in
             closingPolitely = []
+            tick()
             core.disconnect(now: loop.now)
             drain()
             defer { closingPolitely = nil }

@@ -97,6 +97,7 @@ extension PaymentReader {
     /// (AbortRequest), a connect in progress. Ignored later.
     public func cancel() {
         loop.sync {
+            tick()
             core.cancel(now: loop.now)
             drain()
         }
@@ -123,12 +124,12 @@ extension PaymentReader {
 
     /// Reboots the reader (idle only). It disconnects with `rebootRequested`; no reconnect.
     public func rebootReader() async throws(PaymentError) {
-        _ = try await call { [self] ticket, _ in core.reboot(ticket) }
+        _ = try await call { [self] ticket, now in core.reboot(ticket, now: now) }
     }
 
     /// Asks the reader for its state; with `host` it also pings the gateway through the proxy.
     public func diagnose(host: Bool = false) async throws(PaymentError) -> JSONValue {
-        guard case .json(let body) = try await call({ [self] ticket, _ in core.diagnose(ticket, host: host) }) else {
+        guard case .json(let body) = try await call({ [self] ticket, now in core.diagnose(ticket, host: host, now: now) }) else {
             throw PaymentError(.messageFormat, "no diagnosis")
         }
         return body

@@ -45,8 +45,7 @@ extension PaymentReader {
         discovery = nil
         if let t = d.timer { loop.cancelTimer(t) }
         core.discoveryEnded(state: state)
-        // The state change goes to the delegate before the discovery's answer.
-        for o in core.takeOutputs() { perform(o) }
+        drain()
         d.finish(result)
     }
 }

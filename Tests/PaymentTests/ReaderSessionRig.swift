@@ -31,6 +31,17 @@ final class ReaderSessionRig {
     /// Relayed authorisations wait for `answerRelays` instead of going at once.
     var holdsRelays = false
     var heldRelays: [(id: Int, payload: [UInt8])] = []
+    /// A stand-in on the line: links open, but reach no terminal; what the session sends there
+    /// is kept in `standInHeard`, and the test speaks for the stand-in with `fromStandIn`.
+    var standIn = false
+    var standInLink: Int?
+    var standInHeard: [PaymentMessage] = []
+    /// The terminal hears nothing the host sends (a reader that stopped listening).
+    var terminalDeaf = false
+    /// The terminal hears no Admin request (an update that is never started or canceled).
+    var adminDeaf = false
+    /// The categories of the service requests the terminal received, in order.
+    var requestsHeard: [PaymentMessage.Category] = []
     var confirmsPasskey = true
     var submitsRelays = true
     var bonds: [String: [UInt8]] = [:]
@@ -154,6 +165,10 @@ final class ReaderSessionRig {
             session.lineProbed(present: linePresent, advert: nil, bondKey: session.target?.peripheral.flatMap { bonds[$0.peripheralUUID] }, now: now)
         case .openLink(let id, _):
             linksOpened += 1
+            if standIn {
+                standInLink = id
+                return session.linkOpened(id, now: now)
+            }
             let refused = refusesOpens > 0
             if refused { refusesOpens -= 1 }
             guard !refused, linePresent, terminalOn, connectedLink == nil else {
@@ -163,10 +178,19 @@ final class ReaderSessionRig {
             terminal.hostDidConnect(now: now)
             session.linkOpened(id, now: now)
         case .send(let id, let frame):
-            guard id == connectedLink else { return }
             var decoder = PaymentFrameDecoder()
-            for payload in (try? decoder.feed(frame)) ?? [] { terminal.receive(hostPayload: payload, now: now) }
+            let payloads = (try? decoder.feed(frame)) ?? []
+            if id == standInLink { standInHeard += payloads.compactMap { try? PaymentMessage.decode($0) } }
+            guard id == connectedLink, !terminalDeaf else { return }
+            for payload in payloads {
+                if let m = try? PaymentMessage.decode(payload), m.header.messageClass == .service {
+                    if adminDeaf && m.header.category == .admin { continue }
+                    requestsHeard.append(m.header.category)
+                }
+                terminal.receive(hostPayload: payload, now: now)
+            }
         case .closeLink(let id):
+            if id == standInLink { standInLink = nil }
             guard id == connectedLink else { return }
             connectedLink = nil
             terminal.hostDidDisconnect(now: now)
@@ -242,5 +266,17 @@ final class ReaderSessionRig {
     var reconnectsSucceeded: Int { count { $0 == .reconnectSucceeded } }
     var reconnectsFailed: Int { count { $0 == .reconnectFailed } }
     var states: [PaymentState] { events.compactMap { if case .state(let s) = $0 { return s }; return nil } }
-    var everyTicketFinishedOnce: Bool { results.values.allSatisfy { $0.count == 1 } }
+    /// Every call made so far has ended, and exactly once.
+    var everyTicketFinishedOnce: Bool { (1...max(1, nextTicket)).allSatisfy { results[$0]?.count == 1 } || nextTicket == 0 }
+
+    /// The stand-in says `body` as a `type` message of `category` (a response echoes `request`).
+    func fromStandIn(_ category: PaymentMessage.Category, _ messageClass: PaymentMessage.MessageClass = .service,
+                     type: PaymentMessage.MessageType, identifier: String, body: JSONValue) {
+        guard let id = standInLink else { return }
+        let h = PaymentMessage.Header(protocolVersion: category == .login || category == .diagnosis ? "3.1" : nil, messageClass: messageClass,
+                                      category: category, type: type, identifier: identifier, saleID: "HOST-1", poiID: "SIM-00000001")
+        let m = PaymentMessage(direction: type == .response ? .response : .request, header: h, body: body)
+        session.received(id, (try? PaymentFrame.encode(m.encoded)) ?? [], now: now)
+        pump()
+    }
 }

@@ -7,8 +7,9 @@
 // ServiceID), send a reader event or device request with the payload as its body, feed the
 // payload as one frame or as raw stream bytes, let time pass, make a call (pay, refund,
 // cancel, signature, reversal, reboot, diagnosis, update, disconnect), lose or fail the link,
-// answer a relay or gateway request. Every call must finish at most once, the outputs of one
-// step are bounded, and nothing may trap. Build and run with Tools/fuzz.sh.
+// answer a relay or gateway request. Every call must end exactly once (after the script, time
+// runs out and the app disconnects: nothing may still wait), the outputs of one step are
+// bounded, and nothing may trap. Build and run with Tools/fuzz.sh.
 import FuzzSupport
 import Glibc
 import NetStack
@@ -164,8 +165,8 @@ final class SessionDriver {
             }
         case 10:
             switch b % 4 {
-            case 0: call { session.reboot($0) }
-            case 1: call { session.diagnose($0, host: true) }
+            case 0: call { session.reboot($0, now: now) }
+            case 1: call { session.diagnose($0, host: true, now: now) }
             case 2: call { session.installAvailableUpdate($0, now: now) }
             default:
                 session.cancelUpdate()
@@ -217,13 +218,31 @@ public func fuzzReaderSession(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CIn
         driver.step(op, Array(input[(offset + 3)..<end]))
         offset = end
     }
-    // Time runs out: whatever waits on a deadline ends.
-    for _ in 0..<4 {
+    // The shell's own exchanges end (they have timeouts), then time runs out, then the app
+    // disconnects: nothing may still be waiting. Every call ends, exactly once.
+    for id in driver.relays { driver.session.relayAnswered(id, .answer(nil), now: driver.now) }
+    for id in driver.gatewayCalls { driver.session.gatewayAnswered(id, nil) }
+    driver.relays = []
+    driver.gatewayCalls = []
+    driver.drain()
+    for round in 0..<8 {
+        if round == 4 {
+            driver.session.disconnect(now: driver.now)
+            driver.drain()
+        }
         driver.now = driver.now + .seconds(120)
         driver.session.poll(now: driver.now)
         driver.drain()
+        for id in driver.relays { driver.session.relayAnswered(id, .answer(nil), now: driver.now) }
+        for id in driver.gatewayCalls { driver.session.gatewayAnswered(id, nil) }
+        driver.relays = []
+        driver.gatewayCalls = []
+        driver.drain()
     }
-    precondition(driver.session.relaysInFlight <= 4, "relays beyond the cap")
+    for t in 1...driver.ticket {
+        precondition(driver.finished[t] == 1, "call \(t) never ended")
+    }
+    precondition(driver.session.nextDeadline == nil || driver.session.phase != .idle, "a timer outlives the session")
     return 0
 }
 
