@@ -5,7 +5,7 @@ let package = Package(
     name: "pppbridge",
     products: [
         // What terminal-proxy programs link.
-        .library(name: "PPPBridge", targets: ["Framing", "PPP", "NetStack", "Capture", "Crypto", "Payment", "Channel", "PaymentKit"]),
+        .library(name: "PPPBridge", targets: ["Framing", "Wire", "PPP", "NetStack", "Capture", "Crypto", "Payment", "Channel", "PaymentKit"]),
         .executable(name: "pppbridge", targets: ["pppbridge"]),
         .executable(name: "pppbridge-bench", targets: ["PPPBridgeBench"]),
         // libFuzzer targets (Tools/fuzz.sh builds them with -sanitize=fuzzer,address); built
@@ -26,16 +26,17 @@ let package = Package(
 
         // Sans-IO protocol cores.
         .target(name: "Framing"),
-        .target(name: "PPP", dependencies: ["Framing", "NetStack", "Crypto"]),
-        .target(name: "NetStack"),
+        .target(name: "PPP", dependencies: ["Framing", "Wire", "Crypto"]),
+        .target(name: "Wire"),
+        .target(name: "NetStack", dependencies: ["Wire"]),
 
         // Captures in and out (libpcap, pppd record files) and their one-line descriptions.
-        .target(name: "Capture", dependencies: ["CPcap", "Framing", "PPP", "NetStack"]),
+        .target(name: "Capture", dependencies: ["CPcap", "Framing", "PPP", "Wire"]),
         .target(name: "Crypto", dependencies: ["COpenSSL"]),
 
         // The payment layer's sans-IO core: DUKPT, PIN blocks, TR-31, the reader protocol's
         // framing and messages, the terminal's and gateway's decisions.
-        .target(name: "Payment", dependencies: ["Crypto", "NetStack"]),
+        .target(name: "Payment", dependencies: ["Crypto", "Wire"]),
 
         // The only layer that touches the OS: lines, the event loop, signals, captures.
         .target(name: "Channel", dependencies: ["CSystem", "Framing", "PPP", "NetStack", "Capture", "Crypto"]),

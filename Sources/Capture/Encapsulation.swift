@@ -1,5 +1,5 @@
 import Framing
-import NetStack
+import Wire
 import PPP
 
 /// A PPP frame found inside a capture record, with how it was carried.

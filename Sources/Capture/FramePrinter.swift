@@ -1,5 +1,5 @@
 import Framing
-import NetStack
+import Wire
 import PPP
 
 /// One line per PPP frame, in pppd's debug-log form where pppd has one:

@@ -1,5 +1,5 @@
 import Framing
-import NetStack
+import Wire
 import PPP
 
 /// Replaces the passwords a link carries with `*` in the copy of a frame written to a capture;

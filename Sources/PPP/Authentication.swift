@@ -1,5 +1,5 @@
 import Crypto
-import NetStack
+import Wire
 
 /// A name and secret (pppd's `user` and `password`, or a line of pap-secrets/chap-secrets).
 public struct Credentials: Sendable, Equatable {

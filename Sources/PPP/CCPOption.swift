@@ -1,4 +1,4 @@
-import NetStack
+import Wire
 
 /// CCP options (RFC 1962 and the algorithm RFCs), read only so that a trace can say what was
 /// offered. pppbridge does not compress; it rejects CCP (LCP Protocol-Reject), as pppd's `noccp`.

@@ -1,4 +1,4 @@
-import NetStack
+import Wire
 
 /// The packet format shared by LCP, the NCPs, PAP and CHAP (RFC 1661 §5): code, identifier,
 /// a 16-bit length that covers the header, then data.

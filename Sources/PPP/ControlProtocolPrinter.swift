@@ -1,4 +1,4 @@
-import NetStack
+import Wire
 
 /// A one-line rendering of a packet, and whether it was malformed.
 public struct PacketText: Sendable, Equatable {

@@ -1,4 +1,4 @@
-import NetStack
+import Wire
 
 /// IPCP settings (RFC 1332, RFC 1877), pppd's names in the comments.
 public struct IPCPConfiguration: Sendable, Equatable {

@@ -1,4 +1,4 @@
-import NetStack
+import Wire
 
 /// IPCP configuration options (RFC 1332, RFC 1877).
 public enum IPCPOption: Sendable, Equatable {

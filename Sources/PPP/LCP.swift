@@ -1,4 +1,4 @@
-import NetStack
+import Wire
 
 /// The authentication protocols this project speaks.
 public enum AuthenticationProtocol: String, Sendable, Equatable, Hashable, CaseIterable {

@@ -1,4 +1,4 @@
-import NetStack
+import Wire
 
 /// LCP configuration options (RFC 1661 §6, RFC 1570, RFC 1990), parsed into values that can
 /// emit themselves byte for byte. Options this project does not interpret stay `.other`.

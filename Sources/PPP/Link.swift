@@ -1,5 +1,5 @@
 import Framing
-import NetStack
+import Wire
 
 /// The phases of RFC 1661 §3.2 as pppd names them.
 public enum LinkPhase: String, Sendable, Equatable {

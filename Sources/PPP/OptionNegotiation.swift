@@ -1,4 +1,4 @@
-import NetStack
+import Wire
 
 /// The states of the RFC 1661 §4.2 option negotiation automaton.
 public enum NegotiationState: Int, Sendable, CustomStringConvertible {

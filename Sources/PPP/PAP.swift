@@ -1,4 +1,4 @@
-import NetStack
+import Wire
 
 /// PAP packets (RFC 1334 §2.2).
 public enum PAPPacket: Sendable, Equatable {

@@ -1,5 +1,5 @@
 import Crypto
-import NetStack
+import Wire
 
 /// A reader as discovery sees it: its advertisement (SPEC §4.5) and the line it is on. Our
 /// "radio" is the set of serial lines and ptys whose names match a pattern; a terminal that

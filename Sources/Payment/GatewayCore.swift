@@ -1,5 +1,5 @@
 import Crypto
-import NetStack
+import Wire
 
 /// The acquirer side (specification §3, §4.10), sans-IO: one JSON request in, one JSON answer out
 /// (or none). It holds the BDKs; for each Authorise it selects the BDK by the KSN's BDK ID,

@@ -1,4 +1,4 @@
-import NetStack
+import Wire
 
 /// A JSON value as the reader protocol uses it. Numbers are kept as written: integers exactly
 /// (`Int64`), anything with a fraction or exponent only as text, so an amount can never pass

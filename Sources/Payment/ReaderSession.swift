@@ -1,5 +1,5 @@
 import Crypto
-import NetStack
+import Wire
 
 /// The host's side of one reader, sans-IO: calls, reader bytes, link events, gateway answers
 /// and time in; frames, link requests, gateway requests, events and deadlines out. It drives

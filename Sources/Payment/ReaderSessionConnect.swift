@@ -1,5 +1,5 @@
 import Crypto
-import NetStack
+import Wire
 
 /// Connecting to a reader: waiting for its line, the link, the reader's login with the
 /// merchant's session, pairing and bonds (SPEC §4.5), a required update during connect.

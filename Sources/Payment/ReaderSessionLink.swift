@@ -1,5 +1,5 @@
 import Crypto
-import NetStack
+import Wire
 
 /// What the link brings in: its opening, the reader's bytes, its loss; and the messages from
 /// the reader that are not answers (display, print and relay requests, events).

@@ -1,5 +1,5 @@
 import Crypto
-import NetStack
+import Wire
 
 /// What the app asks of a connected reader: payments and refunds, cancel, signatures and
 /// reversals, reboot, diagnosis and software updates; and the brackets around the shell's own

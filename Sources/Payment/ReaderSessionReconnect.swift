@@ -1,4 +1,4 @@
-import NetStack
+import Wire
 
 /// Losing the reader and getting it back: one `reconnectStarted`, then one `reconnectSucceeded`
 /// or `reconnectFailed`, and a payment in flight recovered with TransactionStatus.

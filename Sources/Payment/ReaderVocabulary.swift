@@ -1,4 +1,4 @@
-import NetStack
+import Wire
 
 // The SDK's vocabulary: what the reader session core and the async SDK both speak.
 

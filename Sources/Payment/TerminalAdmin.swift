@@ -1,5 +1,5 @@
 import Crypto
-import NetStack
+import Wire
 
 /// Diagnosis, reboot, software updates (offer, chunks, signature check) and shutdown.
 extension TerminalCore {

@@ -1,5 +1,5 @@
 import Crypto
-import NetStack
+import Wire
 
 /// The payment terminal's application, sans-IO (specification §4.3–4.7, §4.12): it serves the
 /// reader protocol to the host, takes cards and PINs through its pad inputs ("inside the pad",

@@ -1,5 +1,5 @@
 import Crypto
-import NetStack
+import Wire
 
 /// The gateway queue: one request at a time, each with its deadline, sent directly (through
 /// the host's proxy) or relayed by the host; answers and failures go to what asked.

@@ -1,5 +1,5 @@
 import Crypto
-import NetStack
+import Wire
 
 /// The terminal's login: location, environment and merchant checks, the update check, the
 /// session token that binds the reader session to its host, and pairing (numeric comparison

@@ -1,5 +1,5 @@
 import Crypto
-import NetStack
+import Wire
 
 /// What a person or the hardware does at the terminal ("inside the pad"): a card presented,
 /// a PIN typed, Cancel pressed, the battery draining, the clock set, keys loaded. Typed and

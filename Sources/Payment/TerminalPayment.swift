@@ -1,5 +1,5 @@
 import Crypto
-import NetStack
+import Wire
 
 /// Payments and refunds (card, PIN, the gateway's authorisation and its MAC check, receipt),
 /// abort, TransactionStatus recovery and reversal.
