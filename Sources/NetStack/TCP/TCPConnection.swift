@@ -40,16 +40,6 @@ public enum TCPEvent: Sendable, Equatable {
     case closed(TCPCloseReason)
 }
 
-public struct TCPEndpoint: Sendable, Hashable, CustomStringConvertible {
-    public var address: IPv4Address
-    public var port: UInt16
-    public init(_ address: IPv4Address, _ port: UInt16) {
-        self.address = address
-        self.port = port
-    }
-    public var description: String { "\(address):\(port)" }
-}
-
 /// A segment to send: header (checksum computed when emitted) and payload.
 public struct TCPSegment: Sendable {
     public var header: TCPHeader
@@ -74,9 +64,9 @@ public struct TCPConnectionCounters: Sendable, Equatable {
 }
 
 /// One TCP connection (RFC 9293), sans-IO: segments and `now` in; segments, events and the
-/// next deadline out. Loss recovery is NewReno (RFC 5681, 6582) and, when the peer permits
-/// SACK, the conservative SACK-based recovery of RFC 6675 (every hole below the highest SACKed
-/// byte counts as lost).
+/// next deadline out. Its parts: `TCPCongestionControl` (NewReno, RFC 5681 and 6582, and
+/// RFC 6675 SACK recovery), `TCPReassembler` (segments beyond a hole, SACK blocks),
+/// `RTTEstimator` (RFC 6298 samples and timeout) and `TCPTimer` (its timers, one enum).
 public struct TCPConnection: Sendable {
     public let local: TCPEndpoint
     public let remote: TCPEndpoint
@@ -105,32 +95,22 @@ public struct TCPConnection: Sendable {
     public private(set) var sackPermitted = false
     public private(set) var timestampsEnabled = false
 
-    // Congestion control.
-    public private(set) var congestionWindow: Int
-    public private(set) var slowStartThreshold = Int.max
-    private var duplicateAcks = 0
-    private var inFastRecovery = false
-    private var recoveryPoint: SequenceNumber
-    private var highRetransmitted: SequenceNumber
-    private var bytesAckedInAvoidance = 0
-    /// SACKed ranges above SND.UNA, sorted and disjoint.
-    private var scoreboard: [Range] = []
+    private var congestion: TCPCongestionControl
+    public var congestionWindow: Int { congestion.congestionWindow }
+    public var slowStartThreshold: Int { congestion.slowStartThreshold }
 
     // Timers.
-    public private(set) var retransmissionTimer: RetransmissionTimer
-    private var retransmitDeadline: Instant?
+    private var rtt: RTTEstimator
+    public var retransmissionTimer: RetransmissionTimer { rtt.timer }
+    private var timers = TCPArmedTimers()
     private var retransmissions = 0
-    private var rttTiming: (sequence: SequenceNumber, sent: Instant, retransmitted: Bool)?
-    private var persistDeadline: Instant?
     private var persistBackoff = 0
     private var unansweredProbes = 0
-    private var delayedAckDeadline: Instant?
     private var ackNow = false
     private var unacknowledgedSegments = 0
     private var lastReceived: Instant
     private var keepAliveProbesSent = 0
     private var unacknowledgedSince: Instant?
-    private var timeWaitDeadline: Instant?
     /// When FIN-WAIT-2 began: the peer acknowledged our FIN.
     private var finWait2Since: Instant?
     private var challengeWindowStart: Instant
@@ -142,8 +122,7 @@ public struct TCPConnection: Sendable {
     /// The right edge of the window we advertised; never moved left (RFC 9293 §3.8.6.2.2).
     private var advertisedEdge = SequenceNumber(0)
     private var receiveBuffer = ByteQueue()
-    private var outOfOrder: [OutOfOrderSegment] = []
-    private var lastSackedRange: Range?
+    private var outOfOrder: TCPReassembler
     private var timestampRecent: UInt32 = 0
     private var lastAckSent = SequenceNumber(0)
     private let timestampOffset: UInt32
@@ -153,19 +132,6 @@ public struct TCPConnection: Sendable {
     private var writeBlocked = false
     /// The application called `close`: it reads no more.
     private var applicationClosed = false
-
-    struct Range: Sendable, Equatable {
-        var start: SequenceNumber
-        var end: SequenceNumber
-        var length: Int { end - start }
-    }
-
-    struct OutOfOrderSegment: Sendable {
-        var start: SequenceNumber
-        var data: [UInt8]
-        var fin: Bool
-        var end: SequenceNumber { start + data.count }
-    }
 
     // MARK: Opening
 
@@ -196,12 +162,11 @@ public struct TCPConnection: Sendable {
         sendUnacknowledged = iss
         sendNext = iss
         sendMax = iss
-        recoveryPoint = iss
-        highRetransmitted = iss
-        congestionWindow = 0
-        retransmissionTimer = RetransmissionTimer(initial: configuration.initialRetransmissionTimeout,
-                                                  minimum: configuration.minimumRetransmissionTimeout,
-                                                  maximum: configuration.maximumRetransmissionTimeout)
+        congestion = TCPCongestionControl(initialSequence: iss)
+        rtt = RTTEstimator(timer: RetransmissionTimer(initial: configuration.initialRetransmissionTimeout,
+                                                      minimum: configuration.minimumRetransmissionTimeout,
+                                                      maximum: configuration.maximumRetransmissionTimeout))
+        outOfOrder = TCPReassembler(capacity: configuration.maximumOutOfOrderSegments)
         lastReceived = now
         challengeWindowStart = now
         timestampOffset = iss.rawValue &* 2654435761
@@ -231,17 +196,12 @@ public struct TCPConnection: Sendable {
             receiveShift = configuration.receiveWindowShift
         }
         sackPermitted = configuration.selectiveAcknowledgments && peerSack
+        congestion.sack = sackPermitted
         if configuration.timestamps, let value = peerTimestamp {
             timestampsEnabled = true
             timestampRecent = value
         }
-        congestionWindow = initialWindow
-    }
-
-    /// RFC 5681 §3.1 initial window.
-    private var initialWindow: Int {
-        let mss = effectiveSendMSS
-        return mss > 2190 ? 2 * mss : mss > 1095 ? 3 * mss : 4 * mss
+        congestion.start(mss: effectiveSendMSS)
     }
 
     /// The largest payload we put in a segment: the peer's MSS, our link's, minus option bytes.
@@ -263,7 +223,7 @@ public struct TCPConnection: Sendable {
     /// Bytes written and not yet acknowledged.
     public var unacknowledgedBytes: Int { sendBuffer.count }
     /// Bytes held out of order, awaiting a hole to fill.
-    public var outOfOrderBytes: Int { outOfOrder.reduce(0) { $0 + $1.data.count } }
+    public var outOfOrderBytes: Int { outOfOrder.bytes }
     public var outOfOrderSegmentCount: Int { outOfOrder.count }
     private var finReceived = false
 
@@ -371,55 +331,68 @@ public struct TCPConnection: Sendable {
         return since + t
     }
 
+    /// When `timer` is due, if it is running.
+    public func deadline(_ timer: TCPTimer) -> Instant? {
+        switch timer {
+        case .keepAlive: return keepAliveDeadline
+        case .userTimeout: return userTimeoutDeadline
+        case .finWait2: return finWait2Deadline
+        case .retransmit, .persist, .delayedAck, .timeWait: return timers[timer]
+        }
+    }
+
     public var pollAt: Instant? {
         if state == .closed { return nil }
         if ackNow { return .zero }
-        return earliest(retransmitDeadline, persistDeadline, delayedAckDeadline, keepAliveDeadline, userTimeoutDeadline, timeWaitDeadline,
-                        finWait2Deadline)
+        return TCPTimer.allCases.compactMap(deadline).min()
     }
 
     public mutating func poll(now: Instant) {
-        if let d = timeWaitDeadline, now >= d {
-            finish(.closed)
-            return
+        for timer in TCPTimer.allCases {
+            guard state != .closed else { return }
+            guard let d = deadline(timer), now >= d else { continue }
+            if fire(timer, now: now) { return }
         }
-        if let d = finWait2Deadline, now >= d {
+        output(now: now)
+    }
+
+    /// Serves a due timer; true when the connection ended.
+    private mutating func fire(_ timer: TCPTimer, now: Instant) -> Bool {
+        switch timer {
+        case .timeWait:
+            finish(.closed)
+            return true
+        case .finWait2:
             // The peer took our FIN and never sent its own: forget the connection (a reset
             // tells the peer, should it still be there).
             abort(now: now)
             replaceCloseReason(.finWait2Timeout)
-            return
-        }
-        if let d = userTimeoutDeadline, now >= d {
+            return true
+        case .userTimeout:
             abort(now: now)
             replaceCloseReason(.userTimeout)
-            return
-        }
-        if let d = retransmitDeadline, now >= d {
-            retransmitDeadline = nil
+            return true
+        case .retransmit:
+            timers[.retransmit] = nil
             retransmissionTimeout(now: now)
-            if state == .closed { return }
-        }
-        if let d = persistDeadline, now >= d {
-            persistDeadline = nil
+        case .persist:
+            timers[.persist] = nil
             sendZeroWindowProbe(now: now)
-            if state == .closed { return }
-        }
-        if let d = keepAliveDeadline, now >= d, let k = configuration.keepAlive {
+        case .keepAlive:
+            guard let k = configuration.keepAlive else { return false }
             if keepAliveProbesSent >= k.count {
                 abort(now: now)
                 replaceCloseReason(.keepAliveTimeout)
-                return
+                return true
             }
             keepAliveProbesSent += 1
             counters.keepAliveProbes += 1
             // RFC 1122 §4.2.3.6: SEG.SEQ = SND.NXT-1, no data, so the peer must answer with an ACK.
             emit(flags: [.ack], sequence: sendUnacknowledged - 1, payload: [], now: now)
-        }
-        if let d = delayedAckDeadline, now >= d {
+        case .delayedAck:
             ackNow = true
         }
-        output(now: now)
+        return state == .closed
     }
 
     private mutating func replaceCloseReason(_ reason: TCPCloseReason) {
@@ -436,7 +409,7 @@ public struct TCPConnection: Sendable {
                 finish(.retransmissionTimeout)
                 return
             }
-            retransmissionTimer.expired()
+            rtt.expired()
             counters.retransmittedSegments += 1
             sendSyn(now: now)
             return
@@ -446,22 +419,12 @@ public struct TCPConnection: Sendable {
             replaceCloseReason(.retransmissionTimeout)
             return
         }
-        retransmissionTimer.expired()
-        // RFC 5681 §3.1 (4): loss window of one segment; RFC 6582 §3.2 (4): recover = highest sent.
-        let mss = effectiveSendMSS
-        slowStartThreshold = max((sendMax - sendUnacknowledged) / 2, 2 * mss)
-        congestionWindow = mss
-        bytesAckedInAvoidance = 0
-        inFastRecovery = false
-        duplicateAcks = 0
-        recoveryPoint = sendMax
-        // RFC 2018 §8: after a timeout the SACKed bits are forgotten.
-        scoreboard.removeAll()
-        highRetransmitted = sendUnacknowledged
+        rtt.expired()
+        congestion.timeout(unacknowledged: sendUnacknowledged, sendMax: sendMax, mss: effectiveSendMSS)
         sendNext = sendUnacknowledged
         output(now: now)
-        if retransmitDeadline == nil && sendMax != sendUnacknowledged {
-            retransmitDeadline = now + retransmissionTimer.timeout
+        if timers[.retransmit] == nil && sendMax != sendUnacknowledged {
+            timers[.retransmit] = now + rtt.timeout
         }
     }
 
@@ -481,11 +444,11 @@ public struct TCPConnection: Sendable {
         sendData(from: sendUnacknowledged, length: 1, now: now, armTimer: false)
         persistBackoff += 1
         unansweredProbes += 1
-        persistDeadline = now + persistInterval
+        timers[.persist] = now + persistInterval
     }
 
     private var persistInterval: Duration {
-        var t = retransmissionTimer.timeout
+        var t = rtt.timeout
         for _ in 1..<max(persistBackoff, 1) {
             t = t * 2
             if t >= configuration.maximumRetransmissionTimeout { return configuration.maximumRetransmissionTimeout }
@@ -525,8 +488,8 @@ public struct TCPConnection: Sendable {
         if hasAck {
             sendUnacknowledged = ack
             sendNext = SequenceNumber.max(sendNext, ack)
-            sampleRTTFromSyn(now: now)
-            retransmitDeadline = nil
+            rtt.handshakeDone(clean: retransmissions == 0, now: now)
+            timers[.retransmit] = nil
             retransmissions = 0
             unacknowledgedSince = nil
             // RFC 7323 §2.2: the window of a SYN is never scaled.
@@ -545,13 +508,6 @@ public struct TCPConnection: Sendable {
             sendWL1 = SequenceNumber(h.sequenceNumber)
             sendSyn(now: now)
         }
-    }
-
-    private mutating func sampleRTTFromSyn(now: Instant) {
-        if retransmissions == 0, let timing = rttTiming {
-            retransmissionTimer.sample(now - timing.sent)
-        }
-        rttTiming = nil
     }
 
     private mutating func receiveSynchronized(_ h: TCPHeader, payload: [UInt8], now: Instant) {
@@ -613,14 +569,13 @@ public struct TCPConnection: Sendable {
                 return
             }
             state = finSequence == nil ? .established : .finWait1
-            if retransmissions == 0, let timing = rttTiming { retransmissionTimer.sample(now - timing.sent) }
-            rttTiming = nil
+            rtt.handshakeDone(clean: retransmissions == 0, now: now)
             sendUnacknowledged = initialSendSequence + 1
             sendWindow = Int(h.window) << Int(sendShift)
             maxSendWindow = sendWindow
             sendWL1 = seq
             sendWL2 = ack
-            retransmitDeadline = nil
+            timers[.retransmit] = nil
             retransmissions = 0
             unacknowledgedSince = nil
             events.append(.established)
@@ -657,7 +612,7 @@ public struct TCPConnection: Sendable {
             } else if fin && start + data.count == receiveNext - 1 {
                 // A retransmitted FIN in CLOSE-WAIT, CLOSING, LAST-ACK or TIME-WAIT.
                 ackNow = true
-                if state == .timeWait, let _ = timeWaitDeadline { timeWaitDeadline = now + configuration.timeWait }
+                if state == .timeWait, timers[.timeWait] != nil { timers[.timeWait] = now + configuration.timeWait }
             }
         }
     }
@@ -700,7 +655,11 @@ public struct TCPConnection: Sendable {
         let window = Int(h.window) << Int(sendShift)
         // RFC 5681 §2; answers to zero-window probes are not loss signals.
         let isDuplicate = payloadEmpty && ack == sendUnacknowledged && window == sendWindow && window != 0 && sendMax != sendUnacknowledged
-        if sackPermitted { updateScoreboard(h) }
+        if sackPermitted {
+            for option in h.options {
+                if case let .sack(blocks) = option { congestion.sacked(blocks, unacknowledged: sendUnacknowledged, sendMax: sendMax) }
+            }
+        }
         // RFC 9293 §3.10.7.4: window update only from a newer segment.
         if sendWL1 < seq || (sendWL1 == seq && sendWL2 <= ack) {
             sendWindow = window
@@ -717,20 +676,20 @@ public struct TCPConnection: Sendable {
         if sendWindow == 0 && dataEnd != sendUnacknowledged {
             // Zero window: nothing more goes out but probes; what was beyond the window is resent later.
             sendNext = sendUnacknowledged
-            retransmitDeadline = nil
+            timers[.retransmit] = nil
             armPersist(now: now)
-        } else if persistDeadline != nil {
-            persistDeadline = nil
+        } else if timers[.persist] != nil {
+            timers[.persist] = nil
             persistBackoff = 0
-            if sendMax != sendUnacknowledged && retransmitDeadline == nil { retransmitDeadline = now + retransmissionTimer.timeout }
+            if sendMax != sendUnacknowledged && timers[.retransmit] == nil { timers[.retransmit] = now + rtt.timeout }
         }
         return true
     }
 
     private mutating func armPersist(now: Instant) {
-        guard persistDeadline == nil else { return }
+        guard timers[.persist] == nil else { return }
         persistBackoff = max(persistBackoff, 1)
-        persistDeadline = now + persistInterval
+        timers[.persist] = now + persistInterval
     }
 
     /// Sequence number after the last queued data byte.
@@ -752,61 +711,27 @@ public struct TCPConnection: Sendable {
         if sendNext < ack { sendNext = ack }
         retransmissions = 0
 
-        // RTT, once per round trip (RFC 6298 §3): from the echoed timestamp when there is one,
-        // which stays valid across retransmissions, else from the timed segment, which Karn's
-        // rule discards once anything was resent. Sampling every ACK instead would let RTTVAR
-        // collapse while a serial line's queue keeps growing, and the timer fire spuriously.
-        if let timing = rttTiming, ack > timing.sequence {
-            var echoed: UInt32?
-            for option in h.options { if case let .timestamps(_, echo) = option, echo != 0 { echoed = echo } }
-            if timestampsEnabled, let echo = echoed {
-                let ms = Int64(Int32(bitPattern: timestampValue(now) &- echo))
-                if ms >= 0 { retransmissionTimer.sample(.milliseconds(ms)) }
-            } else if !timing.retransmitted {
-                retransmissionTimer.sample(now - timing.sent)
+        // RTT, once per round trip (RFC 6298 §3; `RTTEstimator`).
+        var echoed: Duration?
+        if timestampsEnabled {
+            for option in h.options {
+                if case let .timestamps(_, echo) = option, echo != 0 {
+                    echoed = .milliseconds(Int64(Int32(bitPattern: timestampValue(now) &- echo)))
+                }
             }
-            rttTiming = nil
         }
+        rtt.acknowledged(ack, echoed: echoed, now: now)
 
-        // Congestion control.
         let mss = effectiveSendMSS
-        if inFastRecovery {
-            if ack >= recoveryPoint {
-                // RFC 6582 §3.2 (3): full acknowledgment.
-                let flight = sendMax - sendUnacknowledged
-                congestionWindow = min(slowStartThreshold, max(flight, mss) + mss)
-                inFastRecovery = false
-                duplicateAcks = 0
-            } else {
-                highRetransmitted = SequenceNumber.max(highRetransmitted, ack)
-                if !sackPermitted || scoreboard.isEmpty {
-                    // Partial acknowledgment: resend the next hole, deflate by what was acked.
-                    retransmit(from: ack, now: now)
-                    congestionWindow = max(congestionWindow - acked + (acked >= mss ? mss : 0), mss)
-                }
-            }
-        } else {
-            duplicateAcks = 0
-            if congestionWindow < slowStartThreshold {
-                congestionWindow += min(acked, mss)
-            } else {
-                bytesAckedInAvoidance += acked
-                if bytesAckedInAvoidance >= congestionWindow {
-                    bytesAckedInAvoidance -= congestionWindow
-                    congestionWindow += mss
-                }
-            }
+        if case let .retransmit(from) = congestion.newAck(ack, acked: acked, sendMax: sendMax, mss: mss, largestPeerWindow: maxSendWindow) {
+            retransmit(from: from, now: now)
         }
-        // Cap growth at what the peer's window could ever use, so an idle-then-burst does not overflow.
-        congestionWindow = min(congestionWindow, max(maxSendWindow, mss) * 2 + 4 * mss)
-        scoreboard.removeAll { $0.end <= ack }
-        if let first = scoreboard.first, first.start < ack { scoreboard[0].start = ack }
 
         if sendMax != sendUnacknowledged {
-            retransmitDeadline = now + retransmissionTimer.timeout
+            timers[.retransmit] = now + rtt.timeout
             unacknowledgedSince = now
         } else {
-            retransmitDeadline = nil
+            timers[.retransmit] = nil
             unacknowledgedSince = nil
         }
         if writeBlocked && (configuration.sendBufferSize - sendBuffer.count) * 4 >= configuration.sendBufferSize {
@@ -826,28 +751,16 @@ public struct TCPConnection: Sendable {
     }
 
     private mutating func duplicateAck(now: Instant) {
-        duplicateAcks += 1
-        let mss = effectiveSendMSS
-        if inFastRecovery {
-            if !sackPermitted { congestionWindow += mss }
-            return
+        if congestion.duplicateAck(unacknowledged: sendUnacknowledged, sendMax: sendMax, mss: effectiveSendMSS) {
+            counters.fastRetransmits += 1
+            retransmit(from: sendUnacknowledged, now: now)
         }
-        // RFC 6582 §3.2 (2): enter only when this loss lies beyond the last recovery.
-        guard duplicateAcks == 3, sendUnacknowledged > recoveryPoint || recoveryPoint == initialSendSequence else { return }
-        let flight = sendMax - sendUnacknowledged
-        slowStartThreshold = max(flight / 2, 2 * mss)
-        recoveryPoint = sendMax
-        inFastRecovery = true
-        highRetransmitted = sendUnacknowledged
-        counters.fastRetransmits += 1
-        retransmit(from: sendUnacknowledged, now: now)
-        congestionWindow = sackPermitted ? slowStartThreshold : slowStartThreshold + 3 * mss
     }
 
     /// Resends one segment starting at `start`, stopping short of the next SACKed block.
     private mutating func retransmit(from start: SequenceNumber, now: Instant) {
         var length = min(effectiveSendMSS, sendMax - start)
-        if let block = scoreboard.first(where: { $0.start > start }) { length = min(length, block.start - start) }
+        if let block = congestion.sackedBlock(above: start) { length = min(length, block.start - start) }
         let dataLength = min(length, dataEnd - start)
         if dataLength > 0 {
             sendData(from: start, length: dataLength, now: now, armTimer: true)
@@ -855,37 +768,7 @@ public struct TCPConnection: Sendable {
             emit(flags: [.fin, .ack], sequence: f, payload: [], now: now)
             counters.retransmittedSegments += 1
         }
-        highRetransmitted = SequenceNumber.max(highRetransmitted, start + max(dataLength, 1))
-    }
-
-    private mutating func updateScoreboard(_ h: TCPHeader) {
-        for option in h.options {
-            guard case let .sack(blocks) = option else { continue }
-            for (s, e) in blocks {
-                var block = Range(start: SequenceNumber(s), end: SequenceNumber(e))
-                guard block.start < block.end, block.end > sendUnacknowledged, block.end <= sendMax else { continue }
-                if block.start < sendUnacknowledged { block.start = sendUnacknowledged }
-                insertSacked(block)
-            }
-        }
-    }
-
-    private mutating func insertSacked(_ block: Range) {
-        var merged = block
-        var result: [Range] = []
-        var placed = false
-        for r in scoreboard {
-            if r.end < merged.start {
-                result.append(r)
-            } else if merged.end < r.start {
-                if !placed { result.append(merged); placed = true }
-                result.append(r)
-            } else {
-                merged = Range(start: SequenceNumber.min(r.start, merged.start), end: SequenceNumber.max(r.end, merged.end))
-            }
-        }
-        if !placed { result.append(merged) }
-        scoreboard = Array(result.prefix(64))
+        congestion.retransmitted(from: start, length: dataLength)
     }
 
     // MARK: Receiving text
@@ -897,8 +780,7 @@ public struct TCPConnection: Sendable {
             appendInOrder(data)
             var finInOrder = fin
             // Pull whatever the new bytes made contiguous.
-            while let first = outOfOrder.first, first.start <= receiveNext {
-                outOfOrder.removeFirst()
+            while let first = outOfOrder.popFilled(upTo: receiveNext) {
                 let skip = receiveNext - first.start
                 if skip < first.data.count { appendInOrder(Array(first.data[skip...])) }
                 if first.fin && first.end >= receiveNext { finInOrder = true }
@@ -913,13 +795,13 @@ public struct TCPConnection: Sendable {
                 // RFC 5681 §4.2: at least every second full-sized segment.
                 if unacknowledgedSegments >= 2 {
                     ackNow = true
-                } else if delayedAckDeadline == nil, let delay = configuration.delayedAck {
-                    delayedAckDeadline = now + delay
+                } else if timers[.delayedAck] == nil, let delay = configuration.delayedAck {
+                    timers[.delayedAck] = now + delay
                 }
             }
         } else {
             counters.outOfOrderSegments += 1
-            insertOutOfOrder(OutOfOrderSegment(start: start, data: data, fin: fin))
+            if !outOfOrder.insert(TCPReassembler.Segment(start: start, data: data, fin: fin)) { counters.outOfOrderDropped += 1 }
             ackNow = true
         }
     }
@@ -929,44 +811,6 @@ public struct TCPConnection: Sendable {
         receiveBuffer.append(contentsOf: data)
         receiveNext += data.count
         counters.bytesReceived += data.count
-    }
-
-    /// Holds a segment beyond a hole. Its bytes lie inside the advertised window, so they are
-    /// bounded by the receive buffer; the segment count is bounded separately.
-    private mutating func insertOutOfOrder(_ segment: OutOfOrderSegment) {
-        var s = segment
-        // Trim against what is already held; the earlier copy wins.
-        var index = 0
-        while index < outOfOrder.count && outOfOrder[index].end <= s.start { index += 1 }
-        if index < outOfOrder.count, outOfOrder[index].start <= s.start {
-            let overlap = outOfOrder[index].end - s.start
-            if overlap >= s.data.count {
-                if s.fin && outOfOrder[index].end == s.end { outOfOrder[index].fin = true }
-                lastSackedRange = rangeAround(index)
-                return
-            }
-            s.data.removeFirst(overlap)
-            s.start = outOfOrder[index].end
-            index += 1
-        }
-        if index < outOfOrder.count, outOfOrder[index].start < s.end {
-            s.data.removeLast(s.end - outOfOrder[index].start)
-            s.fin = false
-        }
-        guard outOfOrder.count < configuration.maximumOutOfOrderSegments else {
-            counters.outOfOrderDropped += 1
-            return
-        }
-        outOfOrder.insert(s, at: index)
-        lastSackedRange = rangeAround(index)
-    }
-
-    /// The contiguous run of held segments around `index`, for the first SACK block.
-    private func rangeAround(_ index: Int) -> Range {
-        var lo = index, hi = index
-        while lo > 0 && outOfOrder[lo - 1].end == outOfOrder[lo].start { lo -= 1 }
-        while hi + 1 < outOfOrder.count && outOfOrder[hi].end == outOfOrder[hi + 1].start { hi += 1 }
-        return Range(start: outOfOrder[lo].start, end: outOfOrder[hi].end)
     }
 
     private mutating func receiveFin(now: Instant) {
@@ -986,18 +830,15 @@ public struct TCPConnection: Sendable {
 
     private mutating func enterTimeWait(now: Instant) {
         state = .timeWait
-        retransmitDeadline = nil
-        persistDeadline = nil
-        timeWaitDeadline = now + configuration.timeWait
+        timers[.retransmit] = nil
+        timers[.persist] = nil
+        timers[.timeWait] = now + configuration.timeWait
     }
 
     private mutating func finish(_ reason: TCPCloseReason) {
         guard state != .closed else { return }
         state = .closed
-        retransmitDeadline = nil
-        persistDeadline = nil
-        delayedAckDeadline = nil
-        timeWaitDeadline = nil
+        timers.disarmAll()
         unacknowledgedSince = nil
         ackNow = false
         outOfOrder.removeAll()
@@ -1036,17 +877,16 @@ public struct TCPConnection: Sendable {
         counters.segmentsSent += 1
         sendNext = initialSendSequence + 1
         sendMax = SequenceNumber.max(sendMax, sendNext)
-        if retransmissions == 0 && rttTiming == nil { rttTiming = (initialSendSequence, now, false) }
-        if retransmissions > 0 { rttTiming = nil }
-        retransmitDeadline = now + retransmissionTimer.timeout
+        if retransmissions == 0 { rtt.time(initialSendSequence, now: now) } else { rtt.forget() }
+        timers[.retransmit] = now + rtt.timeout
         ackNow = false
-        delayedAckDeadline = nil
+        timers[.delayedAck] = nil
     }
 
     /// Everything due: data the windows allow, FIN, and a pending ACK.
     private mutating func output(now: Instant) {
         if state.canSendData {
-            if inFastRecovery && sackPermitted && !scoreboard.isEmpty {
+            if congestion.inSACKRecovery {
                 sackRecoveryOutput(now: now)
             } else {
                 normalOutput(now: now)
@@ -1067,7 +907,7 @@ public struct TCPConnection: Sendable {
             let flight = sendNext - sendUnacknowledged
             let unsent = dataEnd - sendNext
             if unsent > 0 {
-                let usable = min(sendWindow, congestionWindow) - flight
+                let usable = min(sendWindow, congestion.congestionWindow) - flight
                 guard usable > 0 else { break }
                 let length = min(unsent, mss, usable)
                 if length < mss {
@@ -1085,7 +925,7 @@ public struct TCPConnection: Sendable {
                 if f < sendMax { counters.retransmittedSegments += 1 }
                 sendNext = f + 1
                 sendMax = SequenceNumber.max(sendMax, sendNext)
-                if retransmitDeadline == nil { retransmitDeadline = now + retransmissionTimer.timeout }
+                if timers[.retransmit] == nil { timers[.retransmit] = now + rtt.timeout }
                 if unacknowledgedSince == nil { unacknowledgedSince = now }
             }
             break
@@ -1097,12 +937,12 @@ public struct TCPConnection: Sendable {
     private mutating func sackRecoveryOutput(now: Instant) {
         let mss = effectiveSendMSS
         var guardCount = 0
-        while pipe < congestionWindow && guardCount < 1000 {
+        while congestion.pipe(unacknowledged: sendUnacknowledged, sendMax: sendMax) < congestion.congestionWindow && guardCount < 1000 {
             guardCount += 1
-            if let hole = nextHole() {
+            if let hole = congestion.nextHole(unacknowledged: sendUnacknowledged) {
                 let length = min(mss, hole.length)
                 sendData(from: hole.start, length: min(length, dataEnd - hole.start), now: now, armTimer: true)
-                highRetransmitted = hole.start + length
+                congestion.retransmitted(from: hole.start, length: length)
                 continue
             }
             let unsent = dataEnd - sendNext
@@ -1118,29 +958,6 @@ public struct TCPConnection: Sendable {
             }
             break
         }
-    }
-
-    /// Bytes believed in the network: outstanding, minus SACKed, minus holes judged lost and not yet resent.
-    private var pipe: Int {
-        let outstanding = sendMax - sendUnacknowledged
-        let sacked = scoreboard.reduce(0) { $0 + $1.length }
-        guard !scoreboard.isEmpty else { return outstanding }
-        var lost = 0
-        var cursor = SequenceNumber.max(sendUnacknowledged, highRetransmitted)
-        for block in scoreboard where block.end > cursor {
-            if cursor < block.start { lost += block.start - cursor }
-            cursor = SequenceNumber.max(cursor, block.end)
-        }
-        return max(0, outstanding - sacked - lost)
-    }
-
-    private func nextHole() -> Range? {
-        var cursor = SequenceNumber.max(sendUnacknowledged, highRetransmitted)
-        for block in scoreboard {
-            if cursor < block.start { return Range(start: cursor, end: block.start) }
-            cursor = SequenceNumber.max(cursor, block.end)
-        }
-        return nil
     }
 
     /// Sends `length` queued bytes from `start` (FIN too when they end where FIN goes).
@@ -1166,11 +983,11 @@ public struct TCPConnection: Sendable {
         }
         if isRetransmission {
             counters.retransmittedSegments += 1
-            rttTiming?.retransmitted = true
-        } else if rttTiming == nil {
-            rttTiming = (start, now, false)
+            rtt.retransmitted()
+        } else {
+            rtt.time(start, now: now)
         }
-        if armTimer && retransmitDeadline == nil { retransmitDeadline = now + retransmissionTimer.timeout }
+        if armTimer && timers[.retransmit] == nil { timers[.retransmit] = now + rtt.timeout }
         if unacknowledgedSince == nil { unacknowledgedSince = now }
     }
 
@@ -1198,7 +1015,7 @@ public struct TCPConnection: Sendable {
             h.window = windowField()
             lastAckSent = receiveNext
             ackNow = false
-            delayedAckDeadline = nil
+            timers[.delayedAck] = nil
             unacknowledgedSegments = 0
         }
         h.flags = flags
@@ -1207,29 +1024,10 @@ public struct TCPConnection: Sendable {
             options += [.noOperation, .noOperation, .timestamps(value: timestampValue(now), echoReply: timestampRecent)]
         }
         if sackPermitted && flags.contains(.ack) && !outOfOrder.isEmpty {
-            options += [.noOperation, .noOperation, .sack(sackBlocks(limit: timestampsEnabled ? 3 : 4).map { ($0.start.rawValue, $0.end.rawValue) })]
+            options += [.noOperation, .noOperation, .sack(outOfOrder.sackBlocks(limit: timestampsEnabled ? 3 : 4).map { ($0.start.rawValue, $0.end.rawValue) })]
         }
         h.options = options
         outgoing.append(TCPSegment(header: h, payload: payload))
         counters.segmentsSent += 1
-    }
-
-    /// RFC 2018 §4: the block holding the latest segment first, then the others.
-    private func sackBlocks(limit: Int) -> [Range] {
-        var blocks: [Range] = []
-        var i = 0
-        while i < outOfOrder.count {
-            var r = Range(start: outOfOrder[i].start, end: outOfOrder[i].end)
-            while i + 1 < outOfOrder.count && outOfOrder[i + 1].start == r.end {
-                i += 1
-                r.end = outOfOrder[i].end
-            }
-            blocks.append(r)
-            i += 1
-        }
-        if let latest = lastSackedRange, let at = blocks.firstIndex(where: { $0.start <= latest.start && latest.start < $0.end }) {
-            blocks.insert(blocks.remove(at: at), at: 0)
-        }
-        return Array(blocks.prefix(limit))
     }
 }

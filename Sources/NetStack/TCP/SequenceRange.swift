@@ -1,0 +1,9 @@
+import Wire
+
+/// A run of sequence space, `start` up to but not including `end`: a SACK block, a hole, the
+/// bytes a run of held segments covers.
+struct SequenceRange: Sendable, Equatable {
+    var start: SequenceNumber
+    var end: SequenceNumber
+    var length: Int { end - start }
+}
