@@ -54,9 +54,11 @@ let package = Package(
             path: "Tools/CFramingBaseline",
             cSettings: [.unsafeFlags(["-O2"])]
         ),
+        // Counts the process's heap allocations per thread (the bench's allocations per MB).
+        .target(name: "CAllocationCounter", path: "Tools/CAllocationCounter", cSettings: [.unsafeFlags(["-O2"])]),
         .executableTarget(
             name: "PPPBridgeBench",
-            dependencies: ["Framing", "CFramingBaseline", "Channel", "NetStack", "CSystem"],
+            dependencies: ["Framing", "CFramingBaseline", "CAllocationCounter", "Channel", "NetStack", "CSystem"],
             path: "Tools/Bench"
         ),
 

@@ -34,6 +34,9 @@ final class Relay {
     var toHostStart = 0
     /// The host half-closed: carried to the terminal as our FIN.
     var hostEOF = false
+    /// The host socket may have bytes to read: set when epoll says so (or at the start), cleared
+    /// when a read finds it empty. A pump reads it only then, not once per segment moved.
+    var hostReadable = true
     /// The terminal half-closed: carried to the host as shutdown(SHUT_WR).
     var stackEOF = false
     /// Called once the host socket connected; false refuses the connection.
@@ -154,7 +157,10 @@ final class RelayTable {
             fail(r, "host socket: \(SystemError("connection", errno: e))", now: now)
             return
         }
-        if events & (EPOLLIN.rawValue | EPOLLHUP.rawValue) != 0 { readHost(r, now: now) }
+        if events & (EPOLLIN.rawValue | EPOLLHUP.rawValue) != 0 {
+            r.hostReadable = true
+            readHost(r, now: now)
+        }
         guard relays[r.id] != nil else { return }
         pump(r, now: now)
     }
@@ -172,12 +178,19 @@ final class RelayTable {
             if n > 0 {
                 host.stack!.write(r.id, buffer[0..<n], now: now)
                 r.counters.value.bytesToTerminal += n
-                if n < want { return }
+                if n < want {
+                    // Drained for now; epoll (level-triggered) says when there is more.
+                    r.hostReadable = false
+                    return
+                }
             } else if n == 0 {
                 r.hostEOF = true
                 host.stack!.shutdownWrite(r.id, now: now)
             } else {
-                if errno == EAGAIN || errno == EWOULDBLOCK { return }
+                if errno == EAGAIN || errno == EWOULDBLOCK {
+                    r.hostReadable = false
+                    return
+                }
                 fail(r, "host \(SystemError("read", errno: errno))", now: now)
                 return
             }
@@ -214,7 +227,7 @@ final class RelayTable {
                 r.toHostStart = 0
             }
             // The host's bytes wait in its socket until our send buffer has room.
-            if !r.hostEOF { readHost(r, now: now) }
+            if !r.hostEOF && r.hostReadable { readHost(r, now: now) }
             guard relays[r.id] != nil else { return }
         }
         if r.hostEOF && r.stackEOF && r.pendingToHost == 0 {

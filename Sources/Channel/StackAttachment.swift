@@ -201,9 +201,11 @@ public final class StackAttachment: NetworkAttachment {
         connectionOwners = [:]
     }
 
+    /// Feeds one packet to the stack. The applications are served once for the whole batch a
+    /// line read brought (in `takeOutgoing`, which the session calls next): a relay then moves
+    /// the batch's bytes to its host socket in one send, not one per segment.
     public func receive(packet: [UInt8], now: Instant) {
         stack?.receive(packet: packet, now: now)
-        serve(now: now)
     }
 
     public func takeOutgoing(now: Instant) -> [[UInt8]] {

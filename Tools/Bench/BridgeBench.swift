@@ -9,6 +9,12 @@
 // the host's sink) and the round trip of a 200-byte request through the bridge to the
 // terminal's echo. The reference, in the same run: the same N MiB copied raw through a pty
 // pair each way, and 200 bytes echoed raw through a pty pair.
+//
+// The terminal runs on an event loop thread of its own, so the host side (the channel's loop
+// thread: its stack, relays and syscalls) is measured alone: its CPU time per MB
+// (CLOCK_THREAD_CPUTIME_ID, user and system) and its heap allocations per MB and per segment
+// (CAllocationCounter), beside the raw copy's CPU per MB at each end of the pty.
+import CAllocationCounter
 import CSystem
 import Channel
 import Dispatch
@@ -56,8 +62,27 @@ func readExactly(_ fd: Int32, _ count: Int, into buffer: inout [UInt8]) {
     }
 }
 
-/// Bytes per second of a raw copy of `count` bytes from one end of a pty pair to the other.
-func rawCopy(_ count: Int, masterToSlave: Bool) -> Double {
+/// The calling thread's CPU time (user and system).
+func threadCPU() -> Duration {
+    var t = timespec()
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t)
+    return .seconds(Int64(t.tv_sec)) + .nanoseconds(Int64(t.tv_nsec))
+}
+
+/// What one thread spent: CPU time and heap allocations.
+struct ThreadCost {
+    var cpu: Duration
+    var allocations: UInt64
+    static func now() -> ThreadCost { ThreadCost(cpu: threadCPU(), allocations: allocation_counter_thread()) }
+    static func - (a: ThreadCost, b: ThreadCost) -> ThreadCost { ThreadCost(cpu: a.cpu - b.cpu, allocations: a.allocations - b.allocations) }
+}
+
+/// CPU milliseconds per MB (10^6 bytes).
+func msPerMB(_ cpu: Duration, _ bytes: Int) -> Double { seconds(cpu) * 1000 / (Double(bytes) / 1e6) }
+
+/// Bytes per second of a raw copy of `count` bytes from one end of a pty pair to the other, and
+/// the CPU time of the writing and the reading end.
+func rawCopy(_ count: Int, masterToSlave: Bool) -> (rate: Double, writer: Duration, reader: Duration) {
     let (m, s) = ptyPair()
     defer { close(m); close(s) }
     let (from, to) = masterToSlave ? (m, s) : (s, m)
@@ -65,7 +90,9 @@ func rawCopy(_ count: Int, masterToSlave: Bool) -> Double {
     let clock = ContinuousClock()
     let start = clock.now
     let done = DispatchSemaphore(value: 0)
+    let readerCPU = BenchLocked(0)
     Thread.detachNewThread {
+        let before = threadCPU()
         var buffer = [UInt8](repeating: 0, count: 65536)
         var got = 0
         while got < count {
@@ -73,11 +100,14 @@ func rawCopy(_ count: Int, masterToSlave: Bool) -> Double {
             if n <= 0 { break }
             got += n
         }
+        readerCPU.add(Int((threadCPU() - before) / .nanoseconds(1)))
         done.signal()
     }
+    let before = threadCPU()
     writeAll(from, data)
+    let writer = threadCPU() - before
     done.wait()
-    return Double(count) / seconds(clock.now - start)
+    return (Double(count) / seconds(clock.now - start), writer, .nanoseconds(Int64(readerCPU.value)))
 }
 
 /// Seconds per 200-byte round trip echoed raw through a pty pair.
@@ -167,15 +197,21 @@ final class BenchLocked: @unchecked Sendable {
 
 func bridge(_ o: BridgeOptions) async {
     let count = o.mebibytes << 20
-    let rawUp = rawCopy(count, masterToSlave: true)
-    let rawDown = rawCopy(count, masterToSlave: false)
+    let rawUpCopy = rawCopy(count, masterToSlave: true)
+    let rawDownCopy = rawCopy(count, masterToSlave: false)
+    let rawUp = rawUpCopy.rate, rawDown = rawDownCopy.rate
     let rawRTT = rawRoundTrip(o.rounds)
     print(String(format: "raw pty: copy %.1f MB/s one way, %.1f MB/s the other; 200-byte echo round trip %.1f µs", rawUp / 1e6, rawDown / 1e6, rawRTT * 1e6))
+    print(String(format: "raw pty CPU per MB: writing end %.2f ms, reading end %.2f ms (one way); %.2f ms, %.2f ms (the other)",
+                 msPerMB(rawUpCopy.writer, count), msPerMB(rawUpCopy.reader, count), msPerMB(rawDownCopy.writer, count), msPerMB(rawDownCopy.reader, count)))
 
     let discardPort = loopbackFreePort(), echoPort = loopbackFreePort(), sinkPort = loopbackFreePort()
     let terminal: SimulatedTerminal
     do {
-        terminal = try SimulatedTerminal(line: .pty(linkedAt: nil), services: [(.discard, discardPort), (.echo, echoPort)])
+        // The terminal on a loop thread of its own: the host side's thread is then measured alone.
+        let terminalLoop = try EventLoop()
+        terminalLoop.startThread()
+        terminal = try SimulatedTerminal(line: .pty(linkedAt: nil), services: [(.discard, discardPort), (.echo, echoPort)], loop: terminalLoop)
         try terminal.start()
     } catch { fail("terminal: \(error)") }
     var c = ChannelConfiguration(line: .device(terminal.linePath!))
@@ -191,9 +227,16 @@ func bridge(_ o: BridgeOptions) async {
         try channel.addBridge(.terminalToHost, port: sinkPort)
     } catch { fail("channel: \(error)") }
 
+    // What the host side's loop thread has spent so far.
+    let hostLoop = EventLoop.shared
+    func hostCost() async -> ThreadCost { await hostLoop.perform { ThreadCost.now() } }
+    // The data segments a transfer takes: full-sized ones (the link's MSS, 1460).
+    let segmentsPerTransfer = (count + 1459) / 1460
+
     // host → terminal: write N MiB into the bridge to discard; done when discard closes.
     let clock = ContinuousClock()
     let data = [UInt8](repeating: 0x55, count: count)
+    var costBefore = await hostCost()
     var start = clock.now
     let up = loopbackConnect(discardPort)
     writeAll(up, data)
@@ -202,12 +245,17 @@ func bridge(_ o: BridgeOptions) async {
     while read(up, &sink, sink.count) > 0 {}
     close(up)
     let oursUp = Double(count) / seconds(clock.now - start)
+    let upCost = await hostCost() - costBefore
+    let upSegments = segmentsPerTransfer
 
     // terminal → host: the terminal writes N MiB through the bridge to the host's sink.
     let (listener, received) = startSink(sinkPort)
+    costBefore = await hostCost()
     start = clock.now
     let r = await terminal.transfer(to: TCPEndpoint(addresses.ip, sinkPort), payload: data)
     let oursDown = Double(count) / seconds(clock.now - start)
+    let downCost = await hostCost() - costBefore
+    let downSegments = segmentsPerTransfer
     close(listener)
     guard r.succeeded, received() == count else { fail("terminal→host transfer: \(r.outcome), \(received()) of \(count) bytes") }
 
@@ -227,7 +275,14 @@ func bridge(_ o: BridgeOptions) async {
     await terminal.stop()
 
     print(String(format: "bridge: host→terminal %.1f MB/s, terminal→host %.1f MB/s; 200-byte round trip %.1f µs", oursUp / 1e6, oursDown / 1e6, oursRTT * 1e6))
-    print(String(format: "RESULT bridge up_ratio=%.3f down_ratio=%.3f rtt_ratio=%.2f", oursUp / rawUp, oursDown / rawDown, oursRTT / rawRTT))
+    let mb = Double(count) / 1e6
+    func perSegment(_ c: ThreadCost, _ n: Int) -> Double { Double(c.allocations) / Double(max(1, n)) }
+    print(String(format: "host side per MB: host→terminal %.2f ms CPU, %.0f allocations (%.2f per 1460-byte segment); terminal→host %.2f ms CPU, %.0f allocations (%.2f per segment)",
+                 msPerMB(upCost.cpu, count), Double(upCost.allocations) / mb, perSegment(upCost, upSegments),
+                 msPerMB(downCost.cpu, count), Double(downCost.allocations) / mb, perSegment(downCost, downSegments)))
+    print(String(format: "RESULT bridge up_ratio=%.3f down_ratio=%.3f rtt_ratio=%.2f up_cpu_ms_per_mb=%.2f down_cpu_ms_per_mb=%.2f raw_cpu_ms_per_mb=%.2f up_allocs_per_segment=%.2f down_allocs_per_segment=%.2f",
+                 oursUp / rawUp, oursDown / rawDown, oursRTT / rawRTT, msPerMB(upCost.cpu, count), msPerMB(downCost.cpu, count),
+                 msPerMB(rawUpCopy.writer, count), perSegment(upCost, upSegments), perSegment(downCost, downSegments)))
 }
 
 func parseBridge(_ args: ArraySlice<String>) -> BridgeOptions {
