@@ -150,6 +150,15 @@ enum HostSocket {
         return r == 0 ? endpoint(a) : nil
     }
 
+    /// No Nagle on a relay's host socket: what our stack hands it was coalesced by the
+    /// terminal's own TCP already, and a reply written in two parts must not wait for the host
+    /// application's delayed ACK (RFC 1122 §4.2.3.4 is the sender's choice to make, and the
+    /// sender is the terminal).
+    static func setNoDelay(_ fd: Int32) {
+        var on: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &on, socklen_t(MemoryLayout<Int32>.size))
+    }
+
     static func setKeepAlive(_ fd: Int32, _ k: KeepAliveSettings) {
         var on: Int32 = 1
         var idle = k.idleSeconds, interval = k.probeIntervalSeconds, count = k.probeCount

@@ -59,6 +59,7 @@ final class Relay {
         self.counters = counters
         self.hostConnected = hostConnected
         self.stackEstablished = stackEstablished
+        HostSocket.setNoDelay(fd)
         counters.value.connections += 1
         counters.value.active += 1
     }
