@@ -246,7 +246,7 @@ final class TerminalTransfers: StackApplication {
         w.completion(payload)
     }
 
-    var pollAt: Instant? { datagramWaiters.values.map(\.deadline).min() }
+    var pollAt: Instant? { datagramWaiters.values.lazy.map { $0.deadline }.min() }
 
     func poll(now: Instant) {
         for (port, w) in datagramWaiters where w.deadline <= now {

@@ -327,7 +327,7 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         relays.step(now: now)
     }
 
-    var pollAt: Instant? { negotiating.values.lazy.map(\.deadline).min() }
+    var pollAt: Instant? { negotiating.values.lazy.map { $0.deadline }.min() }
 
     /// Handshakes past their deadline end with a reset (nothing in SOCKS says "too slow").
     func poll(now: Instant) {

@@ -85,7 +85,13 @@ public struct DNSRelayQueries<Slot: Hashable & Sendable>: Sendable {
     /// Forgets a query (its socket closed).
     public mutating func remove(_ slot: Slot) { inFlight[slot] = nil }
 
-    public var pollAt: Instant? { inFlight.values.lazy.map(\.deadline).min() }
+    public var pollAt: Instant? {
+        // A loop, not `map(\.deadline)`: a key path here is built anew on every call, and this
+        // is asked on every turn of the event loop.
+        var earliest: Instant?
+        for entry in inFlight.values where earliest.map({ entry.deadline < $0 }) ?? true { earliest = entry.deadline }
+        return earliest
+    }
 
     /// The slots of queries whose time ran out, forgotten and counted.
     public mutating func expire(now: Instant) -> [Slot] {
