@@ -1,0 +1,190 @@
+import Wire
+
+/// Segments out: data as the windows allow (Nagle, sender SWS avoidance, RFC 6675 recovery),
+/// FIN, ACKs, the window we advertise and the options every segment carries.
+extension TCPConnection {
+    // MARK: Output
+
+    func timestampValue(_ now: Instant) -> UInt32 {
+        UInt32(truncatingIfNeeded: now.nanoseconds / 1_000_000) &+ timestampOffset
+    }
+
+    mutating func sendSyn(now: Instant) {
+        var flags: TCPHeader.Flags = [.syn]
+        if state == .synReceived { flags.insert(.ack) }
+        var h = TCPHeader(sourcePort: local.port, destinationPort: remote.port, sequenceNumber: initialSendSequence.rawValue,
+                          flags: flags, window: UInt16(min(configuration.receiveBufferSize, 65535)))
+        var options: [TCPOption] = [.maximumSegmentSize(UInt16(clamping: configuration.maximumSegmentSize))]
+        let passive = state == .synReceived
+        // On SYN-ACK, only what the peer offered (RFC 7323 §1.3, RFC 2018 §2).
+        if configuration.windowScaling && (!passive || windowScalingNegotiated) {
+            options += [.noOperation, .windowScale(configuration.receiveWindowShift)]
+        }
+        if configuration.selectiveAcknowledgments && (!passive || sackPermitted) { options += [.noOperation, .noOperation, .sackPermitted] }
+        if configuration.timestamps && (!passive || timestampsEnabled) {
+            options += [.noOperation, .noOperation, .timestamps(value: timestampValue(now), echoReply: passive ? timestampRecent : 0)]
+        }
+        h.options = options
+        if flags.contains(.ack) { h.acknowledgmentNumber = receiveNext.rawValue }
+        if passive {
+            advertisedEdge = receiveNext + Int(h.window)
+            lastAckSent = receiveNext
+        }
+        outgoing.append(TCPSegment(header: h, payload: []))
+        counters.segmentsSent += 1
+        sendNext = initialSendSequence + 1
+        sendMax = SequenceNumber.max(sendMax, sendNext)
+        if retransmissions == 0 { rtt.time(initialSendSequence, now: now) } else { rtt.forget() }
+        timers[.retransmit] = now + rtt.timeout
+        ackNow = false
+        timers[.delayedAck] = nil
+    }
+
+    /// Everything due: data the windows allow, FIN, and a pending ACK.
+    mutating func output(now: Instant) {
+        if state.canSendData {
+            if congestion.inSACKRecovery {
+                sackRecoveryOutput(now: now)
+            } else {
+                normalOutput(now: now)
+            }
+        }
+        if ackNow {
+            if state == .synReceived {
+                sendSyn(now: now)
+            } else if state != .synSent && state != .closed {
+                emit(flags: [.ack], sequence: sendNext, payload: [], now: now)
+            }
+        }
+    }
+
+    mutating func normalOutput(now: Instant) {
+        let mss = effectiveSendMSS
+        while true {
+            let flight = sendNext - sendUnacknowledged
+            let unsent = dataEnd - sendNext
+            if unsent > 0 {
+                let usable = min(sendWindow, congestion.congestionWindow) - flight
+                guard usable > 0 else { break }
+                let length = min(unsent, mss, usable)
+                if length < mss {
+                    // Sender silly-window avoidance (RFC 9293 §3.8.6.2.1): a window-limited runt waits,
+                    // unless it is half the largest window the peer has offered.
+                    if length < unsent && length < maxSendWindow / 2 && flight > 0 { break }
+                    // Nagle: one small segment in flight at a time, unless closing.
+                    if length == unsent && configuration.nagle && flight > 0 && finSequence == nil { break }
+                }
+                sendData(from: sendNext, length: length, now: now, armTimer: true)
+                continue
+            }
+            if let f = finSequence, sendNext == f {
+                emit(flags: [.fin, .ack], sequence: f, payload: [], now: now)
+                if f < sendMax { counters.retransmittedSegments += 1 }
+                sendNext = f + 1
+                sendMax = SequenceNumber.max(sendMax, sendNext)
+                if timers[.retransmit] == nil { timers[.retransmit] = now + rtt.timeout }
+                if unacknowledgedSince == nil { unacknowledgedSince = now }
+            }
+            break
+        }
+        if sendWindow == 0 && dataEnd > sendNext && sendNext == sendUnacknowledged { armPersist(now: now) }
+    }
+
+    /// RFC 6675 §5: while the pipe leaves room in cwnd, resend the next hole, else send new data.
+    mutating func sackRecoveryOutput(now: Instant) {
+        let mss = effectiveSendMSS
+        var guardCount = 0
+        while congestion.pipe(unacknowledged: sendUnacknowledged, sendMax: sendMax) < congestion.congestionWindow && guardCount < 1000 {
+            guardCount += 1
+            if let hole = congestion.nextHole(unacknowledged: sendUnacknowledged) {
+                let length = min(mss, hole.length)
+                sendData(from: hole.start, length: min(length, dataEnd - hole.start), now: now, armTimer: true)
+                congestion.retransmitted(from: hole.start, length: length)
+                continue
+            }
+            let unsent = dataEnd - sendNext
+            let room = (sendUnacknowledged + sendWindow) - sendNext
+            if unsent > 0 && room > 0 && sendNext == sendMax {
+                sendData(from: sendNext, length: min(unsent, mss, room), now: now, armTimer: true)
+                continue
+            }
+            if let f = finSequence, sendNext == f {
+                emit(flags: [.fin, .ack], sequence: f, payload: [], now: now)
+                sendNext = f + 1
+                sendMax = SequenceNumber.max(sendMax, sendNext)
+            }
+            break
+        }
+    }
+
+    /// Sends `length` queued bytes from `start` (FIN too when they end where FIN goes).
+    mutating func sendData(from start: SequenceNumber, length: Int, now: Instant, armTimer: Bool) {
+        guard length > 0 else { return }
+        let offset = start - sendUnacknowledged
+        let payload = sendBuffer.copy(offset: offset, length: length)
+        let end = start + length
+        var flags: TCPHeader.Flags = [.ack]
+        if end == dataEnd { flags.insert(.psh) }
+        var finSent = false
+        if let f = finSequence, end == f {
+            flags.insert(.fin)
+            finSent = true
+        }
+        let isRetransmission = start < sendMax
+        emit(flags: flags, sequence: start, payload: payload, now: now)
+        let newNext = end + (finSent ? 1 : 0)
+        if sendNext < newNext { sendNext = newNext }
+        if sendMax < newNext {
+            counters.bytesSent += min(newNext - sendMax, length)
+            sendMax = newNext
+        }
+        if isRetransmission {
+            counters.retransmittedSegments += 1
+            rtt.retransmitted()
+        } else {
+            rtt.time(start, now: now)
+        }
+        if armTimer && timers[.retransmit] == nil { timers[.retransmit] = now + rtt.timeout }
+        if unacknowledgedSince == nil { unacknowledgedSince = now }
+    }
+
+    /// The window field to advertise, never moving the right edge left; small openings wait
+    /// until they are worth a segment (receiver silly-window avoidance).
+    mutating func windowField() -> UInt16 {
+        let current = max(0, advertisedEdge - receiveNext)
+        var window = max(0, configuration.receiveBufferSize - receiveBuffer.count)
+        if window < current || window - current < min(configuration.receiveBufferSize / 2, effectiveSendMSS) {
+            window = current
+        }
+        var field = min(window >> Int(receiveShift), 65535)
+        if (field << Int(receiveShift)) < current { field = min(field + 1, 65535) }
+        let edge = receiveNext + (field << Int(receiveShift))
+        if advertisedEdge < edge { advertisedEdge = edge }
+        return UInt16(field)
+    }
+
+    mutating func emit(flags: TCPHeader.Flags, sequence: SequenceNumber, payload: [UInt8], now: Instant, withAck: Bool = true) {
+        var flags = flags
+        var h = TCPHeader(sourcePort: local.port, destinationPort: remote.port, sequenceNumber: sequence.rawValue, flags: [], window: 0)
+        if withAck && !flags.contains(.ack) && !flags.contains(.rst) { flags.insert(.ack) }
+        if flags.contains(.ack) {
+            h.acknowledgmentNumber = receiveNext.rawValue
+            h.window = windowField()
+            lastAckSent = receiveNext
+            ackNow = false
+            timers[.delayedAck] = nil
+            unacknowledgedSegments = 0
+        }
+        h.flags = flags
+        var options: [TCPOption] = []
+        if timestampsEnabled && !flags.contains(.rst) {
+            options += [.noOperation, .noOperation, .timestamps(value: timestampValue(now), echoReply: timestampRecent)]
+        }
+        if sackPermitted && flags.contains(.ack) && !outOfOrder.isEmpty {
+            options += [.noOperation, .noOperation, .sack(outOfOrder.sackBlocks(limit: timestampsEnabled ? 3 : 4).map { ($0.start.rawValue, $0.end.rawValue) })]
+        }
+        h.options = options
+        outgoing.append(TCPSegment(header: h, payload: payload))
+        counters.segmentsSent += 1
+    }
+}
