@@ -1,3 +1,5 @@
+import Wire
+
 /// ISO 4217 currencies the payment layer knows, with their minor-unit exponents.
 public struct Currency: Sendable, Equatable, Hashable, CustomStringConvertible {
     public let code: String
@@ -161,6 +163,22 @@ public struct WallTime: Sendable, Equatable, Comparable, Hashable, CustomStringC
         guard let y = n(0, 4), let mo = n(5, 7), let d = n(8, 10), let h = n(11, 13), let mi = n(14, 16), let s = n(17, 19),
               (1...12).contains(mo), (1...31).contains(d), h < 24, mi < 60, s < 60 else { return nil }
         seconds = WallTime.days(y, mo, d) * 86400 + h * 3600 + mi * 60 + s
+    }
+}
+
+/// The real time a sans-IO core derives from its monotonic `Instant`s: `WallTime` `anchor` was
+/// the time at `instant`; moving the anchor sets the clock (or follows the system's).
+public struct WallClock: Sendable, Equatable {
+    public var instant: Instant
+    public var anchor: WallTime
+
+    public init(_ anchor: WallTime, at instant: Instant) {
+        self.anchor = anchor
+        self.instant = instant
+    }
+
+    public func at(_ now: Instant) -> WallTime {
+        WallTime(seconds: anchor.seconds + (now - instant).components.seconds)
     }
 }
 

@@ -172,8 +172,7 @@ public final class ReaderSession {
     public internal(set) var target: Target?
     var outputs: [Output] = []
     let random: (Int) throws -> [UInt8]
-    var startInstant: Instant
-    var wallOffset: Int64
+    var clock: WallClock
 
     /// The link in use or being set up; at most one.
     var link: LinkState?
@@ -213,8 +212,7 @@ public final class ReaderSession {
     /// real time at `now`.
     public init(now: Instant, wallClock: WallTime, random: @escaping (Int) throws -> [UInt8]) {
         self.random = random
-        startInstant = now
-        wallOffset = wallClock.seconds
+        clock = WallClock(wallClock, at: now)
     }
 
     public func takeOutputs() -> [Output] {
@@ -224,13 +222,10 @@ public final class ReaderSession {
 
     /// The real time is `wallClock` at `now` (a shell keeps this current across clock steps).
     public func setWallClock(_ wallClock: WallTime, at now: Instant) {
-        startInstant = now
-        wallOffset = wallClock.seconds
+        clock = WallClock(wallClock, at: now)
     }
 
-    func wall(_ now: Instant) -> WallTime {
-        WallTime(seconds: wallOffset + (now - startInstant).components.seconds)
-    }
+    func wall(_ now: Instant) -> WallTime { clock.at(now) }
 
     /// The earliest time `poll` has something to do.
     public var nextDeadline: Instant? { timers.values.min() }

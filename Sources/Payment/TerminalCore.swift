@@ -50,8 +50,7 @@ public final class TerminalCore: @unchecked Sendable {
     /// MessageFormat failure instead).
     public internal(set) var oversizeMessages = 0
 
-    let startInstant: Instant
-    var wallOffset: Int64
+    var clock: WallClock
     var hostConnected = false
     var session: Session?
     var transaction: Transaction?
@@ -97,8 +96,7 @@ public final class TerminalCore: @unchecked Sendable {
         self.configuration = configuration
         self.security = security
         self.random = random
-        startInstant = now
-        wallOffset = wallClock.seconds
+        clock = WallClock(wallClock, at: now)
     }
 
     public func takeOutputs() -> [Output] {
@@ -107,7 +105,7 @@ public final class TerminalCore: @unchecked Sendable {
     }
 
     public func wall(_ now: Instant) -> WallTime {
-        WallTime(seconds: wallOffset + (now - startInstant).components.seconds)
+        clock.at(now)
     }
 
     // MARK: State

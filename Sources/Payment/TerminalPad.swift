@@ -57,7 +57,7 @@ extension TerminalCore {
     /// A test's fault: the link drops the moment the next authorisation is answered, for `downFor`.
     public func dropLinkAfterAuthorise(downFor: Duration) { dropAfterAuthorise = downFor }
 
-    public func setClock(_ time: WallTime, now: Instant) { wallOffset += time.seconds - wall(now).seconds }
+    public func setClock(_ time: WallTime, now: Instant) { clock = WallClock(time, at: now) }
 
     public func powerOff(now: Instant) {
         poweredOn = false
