@@ -7,7 +7,6 @@ import PPP
 public protocol NetworkAttachment: AnyObject {
     func linkUp(_ result: IPCPResult, mtu: Int, now: Instant) throws(SystemError)
     func linkDown()
-    /// One packet from the link; a batch of them is followed by `takeOutgoing`.
     func receive(packet: [UInt8], now: Instant)
     func takeOutgoing(now: Instant) -> [[UInt8]]
     var pollAt: Instant? { get }

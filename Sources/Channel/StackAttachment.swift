@@ -201,11 +201,14 @@ public final class StackAttachment: NetworkAttachment {
         connectionOwners = [:]
     }
 
-    /// Feeds one packet to the stack. The applications are served once for the whole batch a
-    /// line read brought (in `takeOutgoing`, which the session calls next): a relay then moves
-    /// the batch's bytes to its host socket in one send, not one per segment.
+    /// Feeds one packet to the stack and lets the applications act on it at once. Not once per
+    /// batch a line read brings: the ACKs the stack makes while receiving would then advertise
+    /// a window the application has not reopened yet (a window update follows for every batch),
+    /// data that came in the same read as a reset would be dropped with the connection, and a
+    /// burst of datagrams could pass a socket's queue before anyone reads it.
     public func receive(packet: [UInt8], now: Instant) {
         stack?.receive(packet: packet, now: now)
+        serve(now: now)
     }
 
     public func takeOutgoing(now: Instant) -> [[UInt8]] {
