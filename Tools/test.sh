@@ -1,5 +1,11 @@
 #!/usr/bin/env bash
 # Installs what the tests need, builds, and runs the whole suite.
+#
+# Two rounds: first every target but InteropTests, then InteropTests (the VM, the kernel
+# through TUN, the commands as processes). The interop suites keep a QEMU vCPU busy for
+# minutes; beside them, on a 2-core machine, the in-process link suites' loops were starved
+# long enough for their timing (echoes, pty buffers) to fail. Arguments, when given, are passed
+# to one `swift test` as they are.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 Tools/install-deps.sh test
@@ -7,9 +13,16 @@ swift build --build-tests
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e
-swift test --skip-build "$@" 2>&1 | tee "$log"
-status=${PIPESTATUS[0]}
+if [ $# -gt 0 ]; then
+    swift test --skip-build "$@" 2>&1 | tee "$log"
+    status=${PIPESTATUS[0]}
+else
+    swift test --skip-build --skip '^InteropTests\.' 2>&1 | tee "$log"
+    status=${PIPESTATUS[0]}
+    swift test --skip-build --filter '^InteropTests\.' 2>&1 | tee -a "$log"
+    second=${PIPESTATUS[0]}
+    [ "$status" -ne 0 ] || status=$second
+fi
 set -e
-# One plain closing line: XCTest's "Executed 0 tests" (we use Swift Testing) must not be the last word.
 echo "tests: $(grep -cE '^✔ Test .* passed' "$log") passed, $(grep -cE '^✘ Test .* failed' "$log") failed"
 exit "$status"
