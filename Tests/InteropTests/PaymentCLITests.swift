@@ -45,8 +45,10 @@ import Testing
                                  "--update-key", String(key), "--card", "4111111111111111:1234", "--control", control, "--state", state]
         var terminal = try Service(terminalArguments, log: directory + "/terminal.log")
         defer { terminal.stopBlocking() }
-        #expect(await eventually(10) { FileManager.default.fileExists(atPath: directory + "/SIM-00000001.advert") }, "\(terminal.output)")
-        #expect(terminal.output.contains("control on \(control)"), "\(terminal.output)")
+        // The advertisement is written while the simulator starts, before it prints its control path.
+        #expect(await eventually(10) {
+            FileManager.default.fileExists(atPath: directory + "/SIM-00000001.advert") && terminal.output.contains("control on \(control)")
+        }, "\(terminal.output)")
         let pattern = directory + "/*"
         let gw = "127.0.0.1:\(port)"
 
