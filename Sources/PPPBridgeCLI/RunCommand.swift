@@ -105,7 +105,8 @@ struct RunCommand {
       --status-json FILE     write the channel's status as JSON every second and on SIGUSR2
     IP on the link (our own TCP/IP stack unless --tun):
       --services LIST        answer echo (7), discard (9), chargen (19), daytime (13) on our
-                             PPP address (comma-separated; off by default)
+                             PPP address (comma-separated; off by default); NAME:PORT moves
+                             one to another port (echo:5000)
       --ping ADDR            ping ADDR through the link once it is up (our stack)
       --ping-count N         how many pings (default 3), a second apart; without --services
                              the link is closed after the last reply (or 10 s without it)
@@ -132,348 +133,29 @@ struct RunCommand {
     hang-up; 17 looped-back line; 22 the peer terminated the link.
     """
 
-    enum Role: String { case host, terminal }
+    typealias Role = RunOptions.Role
 
     func run(_ arguments: [String]) -> Int32 {
-        var device: String?
-        var makePty = false
-        var link: String?
-        var lineOptions = SerialLine.Options()
-        var role = Role.host
-        var localIP: IPv4Address?
-        var terminalIP: IPv4Address?
-        var dns: [IPv4Address] = []
-        var netmask: IPv4Address?
-        var lcp = LCPConfiguration()
-        var echo = EchoConfiguration()
-        var negotiation = NegotiationConfiguration()
-        var auth = AuthenticationConfiguration()
-        var user: String?
-        var password: String?
-        var extraEscapes: [UInt8] = []
-        var debug = false
-        var pcapPath: String?
-        var recordPath: String?
-        var services: [DiagnosticService] = []
-        var pingTarget: IPv4Address?
-        var pingCount = 3
-        var tunName: String?
-        var tcp = TCPConfiguration()
-        var frameLoss = 0.0
-        var vj = true
-        var bridges: [BridgeSpec] = []
-        var socks: SocksConfiguration? = SocksConfiguration()
-        var socksAllow: [SocksDestination] = []
-        var socksAllowPrivate = false
-        var socksUsers: [String: String] = [:]
-        var keepAlive: KeepAliveSettings?
-        var dnsUpstream: TCPEndpoint?
-        var relayDNS = true
-        var rearm = false
-        var bridgeConnectionLimit = 64
-        var stackConnectionLimit = 256
-        var userTimeout: Duration? = .seconds(120)
-        var lineQueueLimit: Int?
-        var persist = false
-        var statusPath: String?
-        var captureSecrets = false
-        var captureLimit = CaptureFile.defaultLimit
-
-        var it = ArgumentCursor(arguments)
-        func value(_ flag: String) -> String? {
-            let v = it.next()
-            if v == nil { error("pppbridge run: \(flag) needs a value (see `pppbridge run --help`)") }
-            return v
-        }
-        func address(_ flag: String) -> IPv4Address?? {
-            guard let v = value(flag) else { return .none }
-            guard let a = IPv4Address(v) else {
-                error("pppbridge run: \(flag) takes a dotted-quad IPv4 address, not '\(v)'")
-                return .none
-            }
-            return .some(a)
-        }
-        func number(_ flag: String) -> Int? {
-            guard let v = value(flag) else { return nil }
-            guard let n = Int(v), n >= 0 else {
-                error("pppbridge run: \(flag) takes a non-negative number, not '\(v)'")
-                return nil
-            }
-            return n
-        }
-        func secretFile(_ path: String) -> String? {
-            switch SecretSource.read(path) {
-            case let .success(file):
-                if let w = file.warning { error("pppbridge run: warning: \(w)") }
-                return file.text
-            case let .failure(e):
-                error("pppbridge run: \(e)")
-                return nil
-            }
-        }
-        func secretPairs(_ path: String) -> [(name: String, secret: String)]? {
-            guard let text = secretFile(path) else { return nil }
-            switch SecretSource.pairs(text, path: path) {
-            case let .success(pairs): return pairs
-            case let .failure(e):
-                error("pppbridge run: \(e)")
-                return nil
-            }
-        }
+        var o = RunOptions()
+        let complain: (String) -> Void = { error("pppbridge run: " + $0) }
         let usage = CommandLineTool.Status.usage
+        var it = ArgumentCursor(arguments)
         while let a = it.next() {
-            switch a {
-            case "-h", "--help":
+            if a == "-h" || a == "--help" {
                 output(RunCommand.usage)
                 return CommandLineTool.Status.success
-            case "--device": guard let v = value(a) else { return usage }; device = v
-            case "--pty": makePty = true
-            case "--link": guard let v = value(a) else { return usage }; link = v
-            case "--speed": guard let n = number(a) else { return usage }; lineOptions.speed = n
-            case "--crtscts": lineOptions.hardwareFlowControl = true
-            case "--role":
-                guard let v = value(a) else { return usage }
-                guard let r = Role(rawValue: v) else { error("pppbridge run: --role is host or terminal"); return usage }
-                role = r
-            case "--local-ip": guard case let .some(.some(x)) = address(a) else { return usage }; localIP = x
-            case "--terminal-ip": guard case let .some(.some(x)) = address(a) else { return usage }; terminalIP = x
-            case "--dns": guard case let .some(.some(x)) = address(a) else { return usage }; dns.append(x)
-            case "--netmask": guard case let .some(.some(x)) = address(a) else { return usage }; netmask = x
-            case "--mru":
-                guard let n = number(a) else { return usage }
-                guard (128...16384).contains(n) else { error("pppbridge run: --mru must be 128–16384"); return usage }
-                lcp.mru = UInt16(n)
-            case "--asyncmap":
-                guard let v = value(a) else { return usage }
-                guard let m = UInt32(v.hasPrefix("0x") ? String(v.dropFirst(2)) : v, radix: 16) else {
-                    error("pppbridge run: --asyncmap takes a hexadecimal map"); return usage
-                }
-                lcp.asyncMap = m
-            case "--default-asyncmap": lcp.asyncMap = nil
-            case "--escape":
-                guard let v = value(a) else { return usage }
-                for part in v.split(separator: ",") {
-                    guard let b = UInt8(part.hasPrefix("0x") ? String(part.dropFirst(2)) : String(part), radix: 16),
-                          EscapeSet.isEscapable(b) else {
-                        error("pppbridge run: --escape takes hex bytes outside 0x20–0x3f and 0x5d–0x5e"); return usage
-                    }
-                    extraEscapes.append(b)
-                }
-            case "--nopcomp": lcp.protocolFieldCompression = false
-            case "--noaccomp": lcp.addressControlCompression = false
-            case "--novj": vj = false
-            case "--lcp-echo-interval": guard let n = number(a) else { return usage }; echo.interval = .seconds(n)
-            case "--lcp-echo-failure": guard let n = number(a) else { return usage }; echo.failureLimit = n
-            case "--lcp-echo-adaptive": echo.adaptive = true
-            case "--lcp-restart":
-                guard let n = number(a), n > 0 else { error("pppbridge run: --lcp-restart takes seconds > 0"); return usage }
-                negotiation.restartInterval = .seconds(n)
-            case "--lcp-max-configure":
-                guard let n = number(a), n > 0 else { error("pppbridge run: --lcp-max-configure takes a count > 0"); return usage }
-                negotiation.maxConfigure = n
-            case "--require-pap": lcp.requireAuthentication.insert(.pap)
-            case "--require-chap": lcp.requireAuthentication.insert(.chapMD5)
-            case "--peer":
-                guard let v = value(a) else { return usage }
-                guard let colon = v.firstIndex(of: ":") else { error("pppbridge run: --peer takes NAME:SECRET"); return usage }
-                auth.peers.append(Credentials(name: String(v[..<colon]), secret: String(v[v.index(after: colon)...])))
-            case "--user": guard let v = value(a) else { return usage }; user = v
-            case "--password": guard let v = value(a) else { return usage }; password = v
-            case "--password-file":
-                guard let v = value(a), let text = secretFile(v) else { return usage }
-                password = text
-            case "--peer-file":
-                guard let v = value(a), let pairs = secretPairs(v) else { return usage }
-                auth.peers += pairs.map { Credentials(name: $0.name, secret: $0.secret) }
-            case "--socks-user-file":
-                guard let v = value(a), let pairs = secretPairs(v) else { return usage }
-                for p in pairs { socksUsers[p.name] = p.secret }
-            case "--capture-secrets": captureSecrets = true
-            case "--capture-limit":
-                guard let n = number(a), (1...(1 << 20)).contains(n) else {
-                    error("pppbridge run: --capture-limit takes MiB, 1–1048576"); return usage
-                }
-                captureLimit = n * 1024 * 1024
-            case "--name": guard let v = value(a) else { return usage }; auth.localName = v
-            case "--debug": debug = true
-            case "--pcap": guard let v = value(a) else { return usage }; pcapPath = v
-            case "--record": guard let v = value(a) else { return usage }; recordPath = v
-            case "--services":
-                guard let v = value(a) else { return usage }
-                for name in v.split(separator: ",") {
-                    guard let service = DiagnosticService(rawValue: String(name)) else {
-                        error("pppbridge run: --services takes echo, discard, chargen and daytime, not '\(name)'"); return usage
-                    }
-                    services.append(service)
-                }
-            case "--ping": guard case let .some(.some(x)) = address(a) else { return usage }; pingTarget = x
-            case "--ping-count":
-                guard let n = number(a), n > 0 else { error("pppbridge run: --ping-count takes a count > 0"); return usage }
-                pingCount = n
-            case "--tun": guard let v = value(a) else { return usage }; tunName = v
-            case "--tcp-no-sack": tcp.selectiveAcknowledgments = false
-            case "--tcp-no-window-scaling": tcp.windowScaling = false
-            case "--tcp-no-timestamps": tcp.timestamps = false
-            case "--frame-loss":
-                guard let v = value(a) else { return usage }
-                guard let p = Double(v), p >= 0, p < 100 else { error("pppbridge run: --frame-loss takes a percentage below 100"); return usage }
-                frameLoss = p / 100
-            case "--bridge":
-                guard let v = value(a) else { return usage }
-                let parts = v.split(separator: ":")
-                guard parts.count == 2, let kind = BridgeKind(rawValue: String(parts[0])), let port = UInt16(parts[1]), port > 0 else {
-                    error("pppbridge run: --bridge takes host:PORT, local:PORT or terminal:PORT, not '\(v)'"); return usage
-                }
-                bridges.append(BridgeSpec(kind, port: port))
-            case "--socks":
-                if socks == nil { socks = SocksConfiguration() }
-                if let next = it.peek(), let port = UInt16(next), port > 0 {
-                    _ = it.next()
-                    socks!.port = port
-                }
-            case "--no-socks": socks = nil
-            case "--socks-allow":
-                guard let v = value(a) else { return usage }
-                guard let d = SocksDestination(v) else { error("pppbridge run: --socks-allow takes HOST:PORT"); return usage }
-                socksAllow.append(d)
-            case "--socks-allow-private": socksAllowPrivate = true
-            case "--socks-user":
-                guard let v = value(a) else { return usage }
-                guard let colon = v.firstIndex(of: ":") else { error("pppbridge run: --socks-user takes NAME:PASSWORD"); return usage }
-                socksUsers[String(v[..<colon])] = String(v[v.index(after: colon)...])
-            case "--keepalive":
-                guard let v = value(a) else { return usage }
-                let n = v.split(separator: ",").compactMap { Int32($0) }
-                guard n.count == 3, KeepAliveSettings(idleSeconds: n[0], probeIntervalSeconds: n[1], probeCount: n[2]).isValid else {
-                    error("pppbridge run: --keepalive takes IDLE,INTERVAL,COUNT (seconds, seconds, probes; 1–32767, 1–32767, 1–127)"); return usage
-                }
-                keepAlive = KeepAliveSettings(idleSeconds: n[0], probeIntervalSeconds: n[1], probeCount: n[2])
-            case "--dns-upstream":
-                guard let v = value(a) else { return usage }
-                let parts = v.split(separator: ":")
-                guard (1...2).contains(parts.count), let address = IPv4Address(String(parts[0])),
-                      let port = parts.count == 2 ? UInt16(parts[1]) : 53 else {
-                    error("pppbridge run: --dns-upstream takes ADDR[:PORT]"); return usage
-                }
-                dnsUpstream = TCPEndpoint(address, port)
-            case "--no-dns-relay": relayDNS = false
-            case "--rearm": rearm = true
-            case "--bridge-max-connections":
-                guard let n = number(a) else { return usage }
-                guard n > 0 else { error("pppbridge run: --bridge-max-connections takes at least 1"); return usage }
-                bridgeConnectionLimit = n
-            case "--max-connections":
-                guard let n = number(a) else { return usage }
-                guard n > 0 else { error("pppbridge run: --max-connections takes at least 1"); return usage }
-                stackConnectionLimit = n
-            case "--user-timeout":
-                guard let n = number(a) else { return usage }
-                guard n <= 86_400 else { error("pppbridge run: --user-timeout takes at most 86400 seconds"); return usage }
-                userTimeout = n == 0 ? nil : .seconds(n)
-            case "--line-queue-limit":
-                guard let n = number(a) else { return usage }
-                guard n >= LinkSession.minimumLineQueueLimit, n <= LinkSession.maximumLineQueueLimit else {
-                    error("pppbridge run: --line-queue-limit takes \(LinkSession.minimumLineQueueLimit) to \(LinkSession.maximumLineQueueLimit) bytes")
-                    return usage
-                }
-                lineQueueLimit = n
-            case "--persist": persist = true
-            case "--status-json": guard let v = value(a) else { return usage }; statusPath = v
-            default:
-                error("pppbridge run: unknown option \(a) (see `pppbridge run --help`)")
-                return usage
             }
+            guard o.take(a, from: &it, complain: complain) else { return usage }
         }
-        guard (device != nil) != makePty else {
-            error("pppbridge run: give exactly one of --device PATH and --pty")
-            return usage
+        guard o.validate(environment: environment, complain: complain) else { return usage }
+        if o.tunName == nil {
+            return ChannelRun(configuration: o.channelConfiguration, bridges: o.bridges, persist: o.persist, statusPath: o.statusPath,
+                              debug: o.debug, output: output, error: error).run()
         }
-        if link != nil && !makePty { error("pppbridge run: --link goes with --pty"); return usage }
-        if tunName != nil && (!services.isEmpty || pingTarget != nil || !bridges.isEmpty) {
-            error("pppbridge run: --tun hands IP to the kernel; --services, --ping and --bridge need our stack"); return usage
-        }
-        // The kernel routes to the addresses the link settles on: a host taking the terminal's
-        // choice would let it claim any address (the host's resolver, a gateway) for itself.
-        if tunName != nil && role == .host && (localIP == nil || terminalIP == nil) {
-            error("pppbridge run: --tun in the host role needs --local-ip and --terminal-ip (the kernel routes to the link's addresses; the terminal must not choose them)")
-            return usage
-        }
-        if bridges.count > 12 { error("pppbridge run: at most 12 bridges"); return usage }
-        if !lcp.requireAuthentication.isEmpty && auth.peers.isEmpty {
-            error("pppbridge run: --require-pap/--require-chap need at least one --peer NAME:SECRET")
-            return usage
-        }
-        if user != nil && password == nil { password = environment[SecretSource.passwordVariable] }
-        if (user == nil) != (password == nil) { error("pppbridge run: --user and --password go together"); return usage }
-        // PAP and CHAP carry names and secrets behind one-byte lengths.
-        let credentials = [user, password].compactMap { $0 } + auth.peers.flatMap { [$0.name, $0.secret] } + [auth.localName]
-        if credentials.contains(where: { $0.utf8.count > 255 }) {
-            error("pppbridge run: names and secrets are at most 255 bytes")
-            return usage
-        }
-        if let user, let password {
-            auth.local = Credentials(name: user, secret: password)
-            lcp.authenticateWith = [.pap, .chapMD5]
-        }
-
-        var configuration: LinkConfiguration
-        switch role {
-        case .host:
-            configuration = .host(local: localIP ?? IPv4Address(192, 168, 53, 1), terminal: terminalIP ?? IPv4Address(192, 168, 53, 2), dns: dns)
-            // Addresses the user did not choose give way to a peer that insists on its own
-            // (only with our own stack: --tun requires both).
-            configuration.ipcp.acceptLocal = localIP == nil
-            configuration.ipcp.acceptRemote = terminalIP == nil
-        case .terminal:
-            configuration = .terminal()
-            configuration.ipcp.localAddress = localIP
-            configuration.ipcp.peerAddress = terminalIP
-            configuration.ipcp.dnsServers = dns
-        }
-        if let netmask { configuration.ipcp.netmask = netmask }
-        if !vj { configuration.ipcp.vj = nil }
-        configuration.lcp = lcp
-        configuration.echo = echo
-        configuration.negotiation = negotiation
-        configuration.authentication = auth
-        configuration.extraEscapes = extraEscapes
-        configuration.debug = debug
-        configuration.captureFrames = pcapPath != nil
-
-        if tunName == nil {
-            var c = ChannelConfiguration(line: device.map { .device($0, lineOptions) } ?? .pty(linkedAt: link, lineOptions), link: configuration)
-            c.tcp = tcp
-            if var s = socks {
-                if !socksAllow.isEmpty { s.allow = socksAllow }
-                s.allowPrivate = socksAllowPrivate
-                if !socksUsers.isEmpty { s.passwords = socksUsers }
-                c.socks = s
-            } else {
-                c.socks = nil
-            }
-            c.keepAlive = keepAlive
-            // The relay answers on our address; in the terminal role the peer is the host.
-            c.relayDNS = relayDNS && role == .host
-            c.dnsUpstream = dnsUpstream
-            c.services = services
-            c.pcapPath = pcapPath
-            c.recordPath = recordPath
-            c.captureSecrets = captureSecrets
-            c.captureLimit = captureLimit
-            c.rearmBridgesOnReopen = rearm
-            c.bridgeConnectionLimit = bridgeConnectionLimit
-            c.stackConnectionLimit = stackConnectionLimit
-            c.connectionUserTimeout = userTimeout
-            c.lineQueueLimit = lineQueueLimit
-            c.frameLoss = frameLoss
-            if let pingTarget {
-                c.ping = (pingTarget, pingCount)
-                c.closeAfterPing = services.isEmpty && bridges.isEmpty
-            }
-            return ChannelRun(configuration: c, bridges: bridges, persist: persist, statusPath: statusPath, debug: debug,
-                              output: output, error: error).run()
-        }
-
+        let (device, link, lineOptions, debug) = (o.device, o.link, o.lineOptions, o.debug)
+        let (pcapPath, recordPath, captureSecrets, captureLimit) = (o.pcapPath, o.recordPath, o.captureSecrets, o.captureLimit)
+        let (tunName, services, tcp, pingTarget, pingCount) = (o.tunName, o.services, o.tcp, o.pingTarget, o.pingCount)
+        let (frameLoss, lineQueueLimit, configuration) = (o.frameLoss, o.lineQueueLimit, o.linkConfiguration)
         let line: SerialLine
         do {
             if let device {
@@ -518,7 +200,7 @@ struct RunCommand {
                 return RunCommand.Status.openFailed
             }
         } else {
-            let stack = StackAttachment(services: services, tcp: tcp, output: output)
+            let stack = StackAttachment(services: services, servicePorts: o.servicePorts, tcp: tcp, output: output)
             if let pingTarget { stack.ping(pingTarget, count: pingCount) }
             attachment = stack
         }
@@ -574,18 +256,7 @@ struct RunCommand {
         static let peerTerminated: Int32 = 22
 
         /// pppd's exit statuses where pppd has one for the same cause.
-        static func of(_ reason: ChannelCloseReason) -> Int32 {
-            switch reason {
-            case .closedByUs: return CommandLineTool.Status.success
-            case .negotiationFailed: return negotiationFailed
-            case .authenticationFailed: return authenticationFailed
-            case .echoTimeout: return echoTimeout
-            case .lineHangUp: return hangUp
-            case .loopback: return loopback
-            case .peerTerminated: return peerTerminated
-            case .lineFailed: return openFailed
-            }
-        }
+        static func of(_ reason: ChannelCloseReason) -> Int32 { reason.code }
 
         static func of(_ reason: LinkDownReason) -> Int32 {
             switch reason {
