@@ -79,11 +79,12 @@ public final class StackAttachment: NetworkAttachment {
         var reported = false
     }
 
-    public init(services: [DiagnosticService] = [], tcp: TCPConfiguration = TCPConfiguration(), seed: UInt64? = nil, output: @escaping (String) -> Void) {
+    public init(services: [DiagnosticService] = [], servicePorts: [DiagnosticService: UInt16] = [:], tcp: TCPConfiguration = TCPConfiguration(),
+                seed: UInt64? = nil, output: @escaping (String) -> Void) {
         self.tcp = tcp
         self.seed = seed
         self.output = output
-        if !services.isEmpty { add(DiagnosticServices(services, output: output)) }
+        if !services.isEmpty { add(DiagnosticServices(ports: services.map { ($0, servicePorts[$0] ?? $0.port) }, output: output)) }
     }
 
     /// Adds an application; when the link is already up it starts at once.
