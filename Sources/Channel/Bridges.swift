@@ -81,6 +81,8 @@ final class Bridges: StackApplication {
     /// Times a host listener rested because accept(2) ran out of descriptors.
     private(set) var acceptBackoffs = 0
     var log: (String) -> Void = { _ in }
+    /// A connection of a bridge opened (true) or ended (false).
+    var onConnection: (BridgeSpec, Bool) -> Void = { _, _ in }
 
     init(loop: EventLoop, connectionLimit: Int = 64) {
         self.loop = loop
@@ -115,6 +117,7 @@ final class Bridges: StackApplication {
             throw .alreadyExists
         }
         let b = Bridge(spec)
+        b.counters.onChange = { [weak self] opened in self?.onConnection(spec, opened) }
         switch spec.kind {
         case .hostToTerminal, .hostToTerminalLocal:
             let address = spec.kind == .hostToTerminal ? IPv4Address(0) : IPv4Address(127, 0, 0, 1)

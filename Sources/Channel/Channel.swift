@@ -32,6 +32,8 @@ public struct ChannelConfiguration: Sendable {
     public var dnsUpstream: TCPEndpoint?
     /// Diagnostic services on our PPP address.
     public var services: [DiagnosticService] = []
+    /// Ports that differ from a service's own (echo on 5000 rather than 7).
+    public var servicePorts: [DiagnosticService: UInt16] = [:]
     /// The line's output queue: IP packets beyond it are dropped and the line is not read
     /// until it drains (see `LinkSession.lineQueueLimit`). nil: about two seconds of line time
     /// at the line's speed, 256 KiB on a pty or a descriptor without one
@@ -114,6 +116,37 @@ public enum ChannelCloseReason: Sendable, Equatable, CustomStringConvertible {
         case let .lineFailed(m): return "line failed: \(m)"
         }
     }
+
+    /// pppd's exit status for the same cause (0: closed on request); the C API's and the
+    /// control socket's reason code.
+    public var code: Int32 {
+        switch self {
+        case .closedByUs: return 0
+        case .lineFailed: return 7
+        case .negotiationFailed: return 10
+        case .authenticationFailed: return 11
+        case .echoTimeout: return 15
+        case .lineHangUp: return 16
+        case .loopback: return 17
+        case .peerTerminated: return 22
+        }
+    }
+
+    /// A name for machines (metrics labels, event lines).
+    public var name: String {
+        switch self {
+        case .closedByUs: return "closed_by_us"
+        case .lineFailed: return "line_failed"
+        case .negotiationFailed: return "negotiation_failed"
+        case .authenticationFailed: return "authentication_failed"
+        case .echoTimeout: return "echo_timeout"
+        case .lineHangUp: return "line_hang_up"
+        case .loopback: return "loopback"
+        case .peerTerminated: return "peer_terminated"
+        }
+    }
+    public static let names = ["closed_by_us", "line_failed", "negotiation_failed", "authentication_failed", "echo_timeout",
+                               "line_hang_up", "loopback", "peer_terminated"]
 }
 
 public enum ChannelEvent: Sendable, Equatable {
@@ -125,6 +158,20 @@ public enum ChannelEvent: Sendable, Equatable {
     case link(LinkEvent)
     /// A line for a person: bridges and proxy connections opening and failing.
     case log(String)
+    /// A connection a bridge or the proxy carries opened (`opened`) or ended.
+    case connection(ConnectionCarrier, opened: Bool)
+}
+
+/// What carries a connection between the terminal and the host.
+public enum ConnectionCarrier: Sendable, Equatable, CustomStringConvertible {
+    case bridge(BridgeSpec)
+    case proxy
+    public var description: String {
+        switch self {
+        case let .bridge(spec): return "bridge \(spec)"
+        case .proxy: return "proxy"
+        }
+    }
 }
 
 public enum ChannelError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -158,6 +205,9 @@ public struct ChannelStatus: Sendable, Equatable {
     public var proxyHandshakeTimeouts: Int
     public var lineBytesIn: Int
     public var lineBytesOut: Int
+    /// Frames decoded from the line and sent on it (this link, or the last one).
+    public var framesIn: Int
+    public var framesOut: Int
     public var framesDropped: Int
     /// The line's output queue (zero while no link runs).
     public var lineQueue: LineQueueCounters
@@ -193,6 +243,7 @@ public final class Channel: @unchecked Sendable {
     private var opens = 0
     private var lastCloseReason: ChannelCloseReason?
     private var lastLineBytes = (0, 0)
+    private var lastFrames = (0, 0, 0)
     private var seed: UInt64
 
     public init(configuration: ChannelConfiguration, loop: EventLoop = .shared) {
@@ -359,7 +410,7 @@ public final class Channel: @unchecked Sendable {
         if relayUpstream != nil, !link.ipcp.requestDNS {
             link.ipcp.localAddressAsDNS = true
         }
-        let attachment = StackAttachment(services: configuration.services, tcp: configuration.tcp) { [weak self] text in
+        let attachment = StackAttachment(services: configuration.services, servicePorts: configuration.servicePorts, tcp: configuration.tcp) { [weak self] text in
             self?.log(text)
         }
         attachment.maximumConnections = configuration.stackConnectionLimit
@@ -367,6 +418,7 @@ public final class Channel: @unchecked Sendable {
         if let ping = configuration.ping { attachment.ping(ping.target, count: ping.count) }
         let bridges = Bridges(loop: loop, connectionLimit: configuration.bridgeConnectionLimit)
         bridges.log = { [weak self] in self?.log($0) }
+        bridges.onConnection = { [weak self] spec, opened in self?.emit(.connection(.bridge(spec), opened: opened)) }
         attachment.add(bridges)
         let streams = TerminalStreams(loop: loop)
         attachment.add(streams)
@@ -375,6 +427,7 @@ public final class Channel: @unchecked Sendable {
             let proxy = SocksProxy(configuration: s, loop: loop)
             proxy.keepAlive = configuration.keepAlive
             proxy.log = { [weak self] in self?.log($0) }
+            proxy.counters.onChange = { [weak self] opened in self?.emit(.connection(.proxy, opened: opened)) }
             attachment.add(proxy)
             socks = proxy
         } else {
@@ -450,7 +503,10 @@ public final class Channel: @unchecked Sendable {
     private func linkDown(_ down: LinkDownReason) {
         let reason = ChannelCloseReason(down)
         previousBridges = bridges?.lastSpecs ?? []
-        if let s = session { lastLineBytes = (s.lineBytesIn, s.lineBytesOut) }
+        if let s = session {
+            lastLineBytes = (s.lineBytesIn, s.lineBytesOut)
+            lastFrames = (s.link.decoder.counters.frames, s.link.framesSent, s.link.decoder.counters.droppedFrames)
+        }
         session?.line.close()
         session = nil
         attachment = nil
@@ -533,10 +589,11 @@ public final class Channel: @unchecked Sendable {
     public var status: ChannelStatus {
         loop.sync {
             let lineBytes = session.map { ($0.lineBytesIn, $0.lineBytesOut) } ?? lastLineBytes
+            let frames = session.map { ($0.link.decoder.counters.frames, $0.link.framesSent, $0.link.decoder.counters.droppedFrames) } ?? lastFrames
             return ChannelStatus(state: state, addresses: addresses, bridges: bridges?.status ?? [], proxy: socks?.counters.value,
                                  proxyRefusals: socks?.refusals ?? 0, proxyPolicyRefusals: socks?.policyRefusals ?? 0,
                                  proxyHandshakeTimeouts: socks?.handshakeTimeouts ?? 0, lineBytesIn: lineBytes.0, lineBytesOut: lineBytes.1,
-                                 framesDropped: session?.link.decoder.counters.droppedFrames ?? 0,
+                                 framesIn: frames.0, framesOut: frames.1, framesDropped: frames.2,
                                  lineQueue: session?.lineQueue ?? LineQueueCounters(), acceptBackoffs: bridges?.acceptBackoffs ?? 0,
                                  listenRefusals: attachment?.stack?.counters.tcpListenRefused ?? 0, opens: opens,
                                  lastCloseReason: lastCloseReason)

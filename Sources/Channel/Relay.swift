@@ -51,6 +51,8 @@ final class Relay {
 
     final class Counter {
         var value = TrafficCounters()
+        /// Told of each connection carried as it opens (true) and ends (false).
+        var onChange: ((Bool) -> Void)?
     }
 
     init(id: ConnectionID, fd: Int32, counters: Counter, hostConnected: Bool, stackEstablished: Bool) {
@@ -62,6 +64,7 @@ final class Relay {
         HostSocket.setNoDelay(fd)
         counters.value.connections += 1
         counters.value.active += 1
+        counters.onChange?(true)
     }
 
     var pendingToHost: Int { toHost.count - toHostStart }
@@ -145,6 +148,7 @@ final class RelayTable {
                 loop.unregister(r.fd)
                 Glibc.close(r.fd)
                 r.counters.value.active -= 1
+                r.counters.onChange?(false)
                 if let failed { failed(r, e) } else { host?.stack?.abort(r.id, now: now) }
                 return
             }
@@ -293,6 +297,7 @@ final class RelayTable {
         loop.unregister(r.fd)
         if reset { HostSocket.closeWithReset(r.fd) } else { Glibc.close(r.fd) }
         r.counters.value.active -= 1
+        r.counters.onChange?(false)
         r.onFinished?(r)
     }
 }

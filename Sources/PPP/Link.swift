@@ -122,6 +122,8 @@ public struct PPPLink: Sendable {
     public private(set) var downReason: LinkDownReason?
     /// Frames received for protocols we do not run (answered with Protocol-Reject).
     public private(set) var unknownProtocolFrames = 0
+    /// Frames handed to the encoder (received ones: `decoder.counters.frames`).
+    public private(set) var framesSent = 0
 
     private var transmit: [UInt8] = []
     private var events: [LinkEvent] = []
@@ -576,6 +578,7 @@ public struct PPPLink: Sendable {
     }
 
     private mutating func sendFrame(_ proto: UInt16, _ information: [UInt8]) {
+        framesSent &+= 1
         if configuration.captureFrames {
             let lcpPacket = proto == ProtocolNumber.lcp
             captured.append((.sent, PPPFrame(protocol: proto, information: information,

@@ -125,6 +125,8 @@ final class ChannelRun {
             for text in RunCommand.describe(e, debug: debug) { say(text) }
         case let .log(text):
             say(text)
+        case .connection:
+            break
         }
     }
 
@@ -188,7 +190,10 @@ final class ChannelRun {
 
     /// The status as one JSON object. Peer text reaches it (a close reason carries what the
     /// terminal sent), so it goes through JSONSerialization, which escapes every string.
-    static func json(_ s: ChannelStatus) -> String {
+    static func json(_ s: ChannelStatus) -> String { encode(statusObject(s)) }
+
+    /// The status as a JSON object (for the status file and `serve`'s control socket).
+    static func statusObject(_ s: ChannelStatus) -> [String: Any] {
         func traffic(_ t: TrafficCounters) -> [String: Any] {
             ["connections": t.connections, "active": t.active, "bytes_to_terminal": t.bytesToTerminal,
              "bytes_to_host": t.bytesToHost, "failures": t.failures, "refused": t.refused]
@@ -197,7 +202,7 @@ final class ChannelRun {
             "state": s.state.rawValue,
             "bridges": s.bridges.map { b in traffic(b.traffic).merging(["kind": b.kind.rawValue, "port": Int(b.port)]) { $1 } },
             "line_bytes_in": s.lineBytesIn, "line_bytes_out": s.lineBytesOut,
-            "frames_dropped": s.framesDropped, "opens": s.opens,
+            "frames_in": s.framesIn, "frames_out": s.framesOut, "frames_dropped": s.framesDropped, "opens": s.opens,
         ]
         if let a = s.addresses {
             object["ip"] = a.ip.description
@@ -215,12 +220,12 @@ final class ChannelRun {
         object["accept_backoffs"] = s.acceptBackoffs
         object["listen_refusals"] = s.listenRefusals
         if let r = s.lastCloseReason { object["last_close_reason"] = r.description }
-        return encode(object)
+        return object
     }
 
     /// `object` as JSON text and a newline; keys sorted so the file reads the same each time.
     static func encode(_ object: [String: Any]) -> String {
-        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else { return "{}\n" }
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else { return "{}\n" }
         return String(decoding: data, as: UTF8.self) + "\n"
     }
 }
