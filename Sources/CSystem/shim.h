@@ -4,6 +4,7 @@
 #include <stddef.h>
 #include <fcntl.h>
 #include <sys/epoll.h>
+#include <sys/inotify.h>
 #include <unistd.h>
 
 int pipe2(int pipefd[2], int flags);

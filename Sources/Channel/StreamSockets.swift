@@ -182,11 +182,16 @@ public final class StreamListener {
     }
 
     /// Listens on a Unix socket at `path`, mode `mode` (see `UnixSocket.listen`); the file is
-    /// removed on `close`. Clients of another user (not root) are closed at once.
-    public convenience init(unixPath: String, mode: mode_t = 0o600, loop: EventLoop, onAccept: @escaping (StreamConnection) -> Void) throws(SystemError) {
+    /// removed on `close`. Clients of another user (not root) are closed at once unless
+    /// `anyUser`: then the socket's mode (0660: a group) decides who reaches it.
+    public convenience init(unixPath: String, mode: mode_t = 0o600, anyUser: Bool = false, loop: EventLoop,
+                            onAccept: @escaping (StreamConnection) -> Void) throws(SystemError) {
         let fd = try UnixSocket.listen(at: unixPath, mode: mode)
         try self.init(descriptor: fd, endpoint: nil, path: unixPath, loop: loop, onAccept: onAccept)
+        checksPeerUser = !anyUser
     }
+
+    private var checksPeerUser = true
 
     /// Watches the listening socket `fd`; when that fails, it is closed (and its file removed).
     private init(descriptor fd: Int32, endpoint: TCPEndpoint?, path: String?, loop: EventLoop,
@@ -224,7 +229,7 @@ public final class StreamListener {
             case let .client(fd, peer):
                 backoff.succeeded()
                 // A client whose user cannot be told is refused like another user's.
-                if path != nil, UnixSocket.peerUser(fd).map({ $0 == getuid() || $0 == 0 }) != true {
+                if path != nil, checksPeerUser, UnixSocket.peerUser(fd).map({ $0 == getuid() || $0 == 0 }) != true {
                     Glibc.close(fd)
                     continue
                 }
