@@ -4,12 +4,14 @@
 #   Tools/install-deps.sh build     libpcap-dev, libssl-dev (enough to build and run)
 #   Tools/install-deps.sh test      the above plus tshark, tcpdump, ppp (pppdump), python3 and
 #                                   iproute2 (network namespaces), curl (through the SOCKS proxy) and
-#                                   strace (no listening socket in `pppbridge pay`) for the tests
+#                                   strace (no listening socket in `pppbridge pay`), prometheus
+#                                   (promtool checks the service's metrics) and gcc (the C API's
+#                                   example) for the tests
 set -euo pipefail
 
 packages=(libpcap-dev libssl-dev pkg-config)
 if [ "${1:-build}" = test ]; then
-    packages+=(tshark tcpdump ppp python3 iproute2 curl strace)
+    packages+=(tshark tcpdump ppp python3 iproute2 curl strace prometheus gcc)
 fi
 
 missing=()

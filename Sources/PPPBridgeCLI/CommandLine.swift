@@ -25,6 +25,9 @@ public struct CommandLineTool {
       demo          the channel against a simulated terminal on a pty pair: a bridge each
                     way and a proxied connection, no hardware needed
       run           bring a PPP link up on a serial device or pty (--device PATH | --pty)
+      serve         many terminals in one process from a directory of configuration files,
+                    with a control socket, metrics and the service manager's notifications
+      ctl           talk to `serve`'s control socket: list, status, add-bridge, events ...
       decode FILE   print every PPP frame of a capture (pcap link types 1, 9, 50, 204, or a
                     pppd `record` file) in pppd's debug-log style, optionally writing a pcap
 
@@ -53,6 +56,10 @@ public struct CommandLineTool {
                 standardOutput(DemoCommand.usage)
             } else if rest.first == "run" {
                 standardOutput(RunCommand.usage)
+            } else if rest.first == "serve" {
+                standardOutput(ServeCommand.usage)
+            } else if rest.first == "ctl" {
+                standardOutput(CtlCommand.usage)
             } else if rest.first == "pay" || rest.first == "refund" {
                 standardOutput(PayCommand.usage)
             } else if rest.first == "reader" {
@@ -73,6 +80,10 @@ public struct CommandLineTool {
             return DemoCommand(output: standardOutput, error: standardError).run(rest)
         case "run":
             return RunCommand(output: standardOutput, error: standardError).run(rest)
+        case "serve":
+            return ServeCommand(output: standardOutput, error: standardError).run(rest)
+        case "ctl":
+            return CtlCommand(output: standardOutput, error: standardError).run(rest)
         case "pay":
             return PayCommand(output: standardOutput, error: standardError).run(rest)
         case "refund":

@@ -1,3 +1,4 @@
+import Foundation
 import Glibc
 import PPPBridgeCLI
 
@@ -23,9 +24,30 @@ func writeLine(_ text: String, to descriptor: Int32) {
     }
 }
 
+// Under journald each line carries its priority (see `JournalStream`).
+let environment = ProcessInfo.processInfo.environment
+let outputToJournal = JournalStream.isJournal(STDOUT_FILENO, environment: environment)
+let errorsToJournal = JournalStream.isJournal(STDERR_FILENO, environment: environment)
+
 let tool = CommandLineTool(
     // Written line by line: a program reading our output through a pipe sees events as they happen.
-    standardOutput: { writeLine($0, to: STDOUT_FILENO) },
-    standardError: { writeLine($0, to: STDERR_FILENO) }
+    standardOutput: { text in
+        if outputToJournal {
+            for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+                writeLine(JournalStream.prefixed(String(line), standardError: false), to: STDOUT_FILENO)
+            }
+        } else {
+            writeLine(text, to: STDOUT_FILENO)
+        }
+    },
+    standardError: { text in
+        if errorsToJournal {
+            for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+                writeLine(JournalStream.prefixed(String(line), standardError: true), to: STDERR_FILENO)
+            }
+        } else {
+            writeLine(text, to: STDERR_FILENO)
+        }
+    }
 )
 exit(tool.run(Array(CommandLine.arguments.dropFirst())))

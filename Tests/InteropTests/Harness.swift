@@ -16,7 +16,8 @@ final class ChildProcess {
     let pid: pid_t
     private(set) var status: Int32?
 
-    init(_ path: String, _ arguments: [String], output: String) throws {
+    /// `environment` is added to the test's own.
+    init(_ path: String, _ arguments: [String], output: String, environment: [String: String] = [:]) throws {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -24,7 +25,8 @@ final class ChildProcess {
         posix_spawn_file_actions_addopen(&actions, 1, output, O_WRONLY | O_CREAT | O_APPEND, 0o644)
         posix_spawn_file_actions_adddup2(&actions, 1, 2)
         let argv: [UnsafeMutablePointer<CChar>?] = ([path] + arguments).map { strdup($0) } + [nil]
-        let envp: [UnsafeMutablePointer<CChar>?] = ProcessInfo.processInfo.environment.map { strdup("\($0)=\($1)") } + [nil]
+        let merged = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let envp: [UnsafeMutablePointer<CChar>?] = merged.map { strdup("\($0)=\($1)") } + [nil]
         defer { (argv + envp).forEach { free($0) } }
         // The child starts with no signal blocked and default dispositions, whatever the
         // test runner's threads have set.

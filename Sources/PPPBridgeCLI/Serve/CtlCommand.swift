@@ -1,0 +1,119 @@
+import Channel
+import Foundation
+import Glibc
+import Payment
+
+/// `pppbridge ctl`: the command-line client of `serve`'s control socket. Prints each reply (and
+/// with `events`, each event) as the JSON line the service sent.
+struct CtlCommand {
+    var output: (String) -> Void
+    var error: (String) -> Void
+    var environment: [String: String] = ProcessInfo.processInfo.environment
+
+    static let usage = """
+    usage: pppbridge ctl [--control PATH] COMMAND
+
+    Talks to a running `pppbridge serve` through its control socket (default
+    $XDG_RUNTIME_DIR/pppbridge/control, else /run/pppbridge/control) and prints its JSON reply.
+
+      list                         every terminal: state, addresses, bridges
+      status NAME                  one terminal with its counters
+      add-bridge NAME SPEC         SPEC is host:PORT, local:PORT or terminal:PORT; the reply's
+                                   code is ICPPP's (-1 no more bridges, -2 exists, -3 not open,
+                                   -4 could not listen)
+      remove-bridge NAME SPEC
+      set-keepalive NAME I,V,C     the proxy's keep-alive: idle and interval seconds, probes
+      open NAME | close NAME       keep the link up, or close it and keep it closed
+      reload                       read the configuration directory again
+      events                       print events as they happen (opened, closed, waiting,
+                                   connection-opened/-closed, ...) until interrupted
+
+    Exit status: 0 the reply said ok; 1 it did not, or the service could not be reached; 2 usage.
+    """
+
+    func run(_ arguments: [String]) -> Int32 {
+        var args = arguments
+        var path: String?
+        if args.first == "-h" || args.first == "--help" {
+            output(CtlCommand.usage)
+            return CommandLineTool.Status.success
+        }
+        if args.first == "--control" {
+            guard args.count >= 2 else {
+                error("pppbridge ctl: --control needs a path")
+                return CommandLineTool.Status.usage
+            }
+            path = args[1]
+            args.removeFirst(2)
+        }
+        guard let request = CtlCommand.request(args) else {
+            error("pppbridge ctl: expected list | status NAME | add-bridge NAME SPEC | remove-bridge NAME SPEC | set-keepalive NAME I,V,C | open NAME | close NAME | reload | events (see `pppbridge ctl --help`)")
+            return CommandLineTool.Status.usage
+        }
+        let socketPath: String
+        do { socketPath = try path ?? ServeCommand.defaultControlPath(environment: environment) } catch let e {
+            error("pppbridge ctl: \(e)")
+            return 1
+        }
+        let fd: Int32
+        do { fd = try UnixSocket.connect(to: socketPath) } catch let e {
+            error("pppbridge ctl: \(e) (is `pppbridge serve` running?)")
+            return 1
+        }
+        defer { close(fd) }
+        guard CtlCommand.write(fd, Array((request.text + "\n").utf8)) else {
+            error("pppbridge ctl: \(socketPath): \(String(cString: strerror(errno)))")
+            return 1
+        }
+        var reader = LineAssembler(limit: 16 << 20)
+        let streaming = args.first == "events"
+        var first = true
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else {
+                if first { error("pppbridge ctl: the service closed the connection without a reply") }
+                return first ? 1 : 0
+            }
+            for piece in reader.feed(Array(buffer[..<n])) {
+                guard case let .line(line) = piece else { continue }
+                output(String(decoding: line, as: UTF8.self))
+                if first {
+                    first = false
+                    let ok = (try? JSONParser.parse(line))?["ok"]?.bool == true
+                    if !streaming || !ok { return ok ? 0 : 1 }
+                }
+            }
+        }
+    }
+
+    /// The request for the command line's words; nil when they are not a command.
+    static func request(_ words: [String]) -> JSONValue? {
+        switch (words.first, words.count) {
+        case ("list", 1): return ["cmd": "list"]
+        case ("reload", 1): return ["cmd": "reload"]
+        case ("events", 1): return ["cmd": "subscribe"]
+        case ("status", 2), ("open", 2), ("close", 2):
+            return ["cmd": .string(words[0]), "terminal": .string(words[1])]
+        case ("add-bridge", 3), ("remove-bridge", 3):
+            return ["cmd": .string(words[0]), "terminal": .string(words[1]), "bridge": .string(words[2])]
+        case ("set-keepalive", 3):
+            let n = words[2].split(separator: ",").compactMap { Int64($0) }
+            guard n.count == 3 else { return nil }
+            return ["cmd": "set-keepalive", "terminal": .string(words[1]), "idle": .integer(n[0]), "interval": .integer(n[1]), "count": .integer(n[2])]
+        default: return nil
+        }
+    }
+
+    static func write(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+        var sent = 0
+        while sent < bytes.count {
+            let n = bytes[sent...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return false }
+            sent += n
+        }
+        return true
+    }
+}
