@@ -6,6 +6,8 @@ let package = Package(
     products: [
         // What terminal-proxy programs link.
         .library(name: "PPPBridge", targets: ["Framing", "Wire", "PPP", "NetStack", "Capture", "Crypto", "Payment", "Channel", "PaymentKit"]),
+        // The channel for C and every language that calls C (Sources/PPPBridgeC/include/pppbridge.h).
+        .library(name: "PPPBridgeC", type: .dynamic, targets: ["PPPBridgeC"]),
         .executable(name: "pppbridge", targets: ["pppbridge"]),
         .executable(name: "pppbridge-bench", targets: ["PPPBridgeBench"]),
         // libFuzzer targets (Tools/fuzz.sh builds them with -sanitize=fuzzer,address); built
@@ -43,6 +45,9 @@ let package = Package(
 
         // The payment layer's programs: the terminal simulator, the gateway server, the host SDK.
         .target(name: "PaymentKit", dependencies: ["Payment", "Channel", "NetStack", "PPP", "Crypto"]),
+
+        // The C API: ICPPP's calls as C functions over `Channel`.
+        .target(name: "PPPBridgeC", dependencies: ["Channel", "NetStack"], exclude: ["include"]),
 
         // The command-line tool: its commands live in a library so tests can drive them.
         .target(name: "PPPBridgeCLI", dependencies: ["Framing", "PPP", "NetStack", "Capture", "Channel", "Crypto", "Payment", "PaymentKit"]),
@@ -87,7 +92,7 @@ let package = Package(
         // The payment layer end to end: terminal simulator on a pty, our PPP link and stack, the
         // channel's bridge and SOCKS proxy, the gateway server, the host SDK.
         .testTarget(name: "PaymentFlowTests", dependencies: ["PaymentKit", "Payment", "Channel", "NetStack", "Crypto", "ChannelTestSupport"]),
-        .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Capture"]),
+        .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Capture", "Channel", "Payment"]),
         // Real peers: Debian's pppd in a QEMU VM (Tools/vmpeer) against the built `pppbridge`.
         .testTarget(name: "InteropTests", dependencies: ["pppbridge", "Crypto", "Channel", "NetStack", "ChannelTestSupport"]),
     ],

@@ -10,6 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 Tools/install-deps.sh test
 swift build --build-tests
+# The C API's library, for the test that compiles the C example against it.
+swift build --product PPPBridgeC
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 set +e

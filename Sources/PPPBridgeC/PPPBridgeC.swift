@@ -1,0 +1,141 @@
+import Channel
+import Glibc
+import NetStack
+
+// The C API of `include/pppbridge.h`: each `pb_channel *` is a retained `CChannel`, whose
+// channel runs on the library's shared event loop (a thread of its own).
+
+public typealias DidOpen = @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void
+public typealias DidClose = @convention(c) (OpaquePointer?, Int32, UnsafeMutableRawPointer?) -> Void
+
+/// One C channel: the Swift channel, the caller's context and callbacks, and the addresses as
+/// C strings that stay valid from did-open to did-close.
+final class CChannel: ChannelDelegate, @unchecked Sendable {
+    let channel: Channel
+    let context: UnsafeMutableRawPointer?
+    let didOpen: DidOpen?
+    let didClose: DidClose?
+    /// Four 16-byte buffers ("255.255.255.255" and its NUL), rewritten on the loop's thread.
+    let addresses = UnsafeMutablePointer<CChar>.allocate(capacity: 64)
+
+    init(device: String, context: UnsafeMutableRawPointer?, didOpen: DidOpen?, didClose: DidClose?) {
+        channel = Channel(configuration: ChannelConfiguration(line: .device(device)), loop: .shared)
+        self.context = context
+        self.didOpen = didOpen
+        self.didClose = didClose
+        addresses.initialize(repeating: 0, count: 64)
+        channel.delegate = self
+    }
+
+    deinit { addresses.deallocate() }
+
+    var handle: OpaquePointer { OpaquePointer(Unmanaged.passUnretained(self).toOpaque()) }
+
+    func address(_ index: Int) -> UnsafePointer<CChar> { UnsafePointer(addresses + 16 * index) }
+
+    private func store(_ text: String, at index: Int) {
+        let bytes = Array(text.utf8.prefix(15))
+        for (i, b) in bytes.enumerated() { addresses[16 * index + i] = CChar(bitPattern: b) }
+        addresses[16 * index + bytes.count] = 0
+    }
+
+    func channelDidOpen(_ channel: Channel) {
+        if let a = channel.currentAddresses {
+            store(a.ip.description, at: 0)
+            store(a.submask.description, at: 1)
+            store(a.dns?.description ?? "", at: 2)
+            store(a.terminalIP.description, at: 3)
+        }
+        didOpen?(handle, context)
+    }
+
+    func channelDidClose(_ channel: Channel, reason: ChannelCloseReason) {
+        // Cleared first: a thread the callback wakes must not read the last link's addresses.
+        for i in 0..<4 { addresses[16 * i] = 0 }
+        didClose?(handle, reason.code, context)
+    }
+}
+
+private func unwrap(_ p: OpaquePointer?) -> CChannel? {
+    guard let p else { return nil }
+    return Unmanaged<CChannel>.fromOpaque(UnsafeRawPointer(p)).takeUnretainedValue()
+}
+
+private let invalid: Int32 = -6
+private let openFailed: Int32 = -7
+private let noSuchBridge: Int32 = -5
+
+@_cdecl("pb_channel_create")
+public func pb_channel_create(_ device: UnsafePointer<CChar>?, _ context: UnsafeMutableRawPointer?,
+                              _ didOpen: DidOpen?, _ didClose: DidClose?) -> OpaquePointer? {
+    guard let device, device.pointee != 0 else { return nil }
+    let c = CChannel(device: String(cString: device), context: context, didOpen: didOpen, didClose: didClose)
+    return OpaquePointer(Unmanaged.passRetained(c).toOpaque())
+}
+
+@_cdecl("pb_open_channel")
+public func pb_open_channel(_ p: OpaquePointer?) -> Int32 {
+    guard let c = unwrap(p) else { return invalid }
+    do { try c.channel.start() } catch { return openFailed }
+    return 0
+}
+
+@_cdecl("pb_close_channel")
+public func pb_close_channel(_ p: OpaquePointer?) {
+    unwrap(p)?.channel.requestClose()
+}
+
+private func addBridge(_ p: OpaquePointer?, _ kind: BridgeKind, _ port: UInt16) -> Int32 {
+    guard let c = unwrap(p), port != 0 else { return invalid }
+    do { try c.channel.addBridge(kind, port: port) } catch { return error.rawValue }
+    return 0
+}
+
+@_cdecl("pb_add_host_to_terminal_bridge")
+public func pb_add_host_to_terminal_bridge(_ p: OpaquePointer?, _ port: UInt16) -> Int32 { addBridge(p, .hostToTerminal, port) }
+
+@_cdecl("pb_add_host_to_terminal_bridge_local")
+public func pb_add_host_to_terminal_bridge_local(_ p: OpaquePointer?, _ port: UInt16) -> Int32 { addBridge(p, .hostToTerminalLocal, port) }
+
+@_cdecl("pb_add_terminal_to_host_bridge")
+public func pb_add_terminal_to_host_bridge(_ p: OpaquePointer?, _ port: UInt16) -> Int32 { addBridge(p, .terminalToHost, port) }
+
+@_cdecl("pb_remove_bridge")
+public func pb_remove_bridge(_ p: OpaquePointer?, _ kind: Int32, _ port: UInt16) -> Int32 {
+    let kinds: [Int32: BridgeKind] = [0: .hostToTerminal, 1: .hostToTerminalLocal, 2: .terminalToHost]
+    guard let c = unwrap(p), let k = kinds[kind], port != 0 else { return invalid }
+    return c.channel.removeBridge(k, port: port) ? 0 : noSuchBridge
+}
+
+@_cdecl("pb_set_keepalive")
+public func pb_set_keepalive(_ p: OpaquePointer?, _ idle: UInt32, _ interval: UInt32, _ count: UInt32) {
+    guard let c = unwrap(p), let i = Int32(exactly: idle), let v = Int32(exactly: interval), let n = Int32(exactly: count) else { return }
+    let k = KeepAliveSettings(idleSeconds: i, probeIntervalSeconds: v, probeCount: n)
+    if k.isValid { c.channel.setKeepAlive(k) }
+}
+
+nonisolated(unsafe) private let empty: UnsafePointer<CChar> = {
+    let p = UnsafeMutablePointer<CChar>.allocate(capacity: 1)
+    p.initialize(to: 0)
+    return UnsafePointer(p)
+}()
+
+@_cdecl("pb_ip")
+public func pb_ip(_ p: OpaquePointer?) -> UnsafePointer<CChar> { unwrap(p)?.address(0) ?? empty }
+
+@_cdecl("pb_submask")
+public func pb_submask(_ p: OpaquePointer?) -> UnsafePointer<CChar> { unwrap(p)?.address(1) ?? empty }
+
+@_cdecl("pb_dns")
+public func pb_dns(_ p: OpaquePointer?) -> UnsafePointer<CChar> { unwrap(p)?.address(2) ?? empty }
+
+@_cdecl("pb_terminal_ip")
+public func pb_terminal_ip(_ p: OpaquePointer?) -> UnsafePointer<CChar> { unwrap(p)?.address(3) ?? empty }
+
+@_cdecl("pb_channel_destroy")
+public func pb_channel_destroy(_ p: OpaquePointer?) {
+    guard let p else { return }
+    let c = Unmanaged<CChannel>.fromOpaque(UnsafeRawPointer(p)).takeRetainedValue()
+    // No callback after this returns: the delegate is let go on the loop first.
+    c.channel.loop.sync { c.channel.delegate = nil }
+}

@@ -1,0 +1,86 @@
+/* pppbridge's C API: the ICPPP channel (a PPP link to a payment terminal on a serial line, our
+ * own TCP/IP stack on it, bridges both ways, a SOCKS proxy and a DNS relay) for programs in any
+ * language that can call C. It mirrors the vendor's ICPPP.h: open, did-open with the four
+ * addresses, bridges with the header's return codes, keep-alive, close, did-close.
+ *
+ * Link with -lPPPBridgeC. Every channel runs on the library's event loop, one thread for all
+ * channels. Callbacks run on that thread: keep them short, and call the pb_ functions from
+ * them freely (a bridge added in did-open accepts connections at once, as in ICPPP) except
+ * pb_channel_destroy. Every other function may be called from any thread. */
+#ifndef PPPBRIDGE_H
+#define PPPBRIDGE_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct pb_channel pb_channel;
+
+typedef void (*pb_did_open_fn)(pb_channel *channel, void *context);
+typedef void (*pb_did_close_fn)(pb_channel *channel, int reason, void *context);
+
+/* Why a channel closed (did-close's reason): pppd's exit statuses for the same causes. */
+#define PB_CLOSED_BY_US             0   /* pb_close_channel */
+#define PB_CLOSED_LINE_FAILED       7   /* the device could not be opened or failed */
+#define PB_CLOSED_NEGOTIATION       10  /* LCP or IPCP did not agree */
+#define PB_CLOSED_AUTHENTICATION    11  /* PAP or CHAP failed */
+#define PB_CLOSED_ECHO_TIMEOUT      15  /* no answer to LCP echo requests */
+#define PB_CLOSED_HANG_UP           16  /* the line hung up (a cable pulled, a USB unplug) */
+#define PB_CLOSED_LOOPBACK          17  /* the line is looped back */
+#define PB_CLOSED_PEER_TERMINATED   22  /* the terminal ended the link */
+
+/* What the bridge functions return (ICPPP's codes). */
+#define PB_OK                        0
+#define PB_NO_MORE_BRIDGES          -1  /* at most 12 */
+#define PB_BRIDGE_EXISTS            -2
+#define PB_BRIDGE_NOT_STARTED       -3  /* the channel is not open */
+#define PB_BRIDGE_INIT_FAILED       -4  /* the port could not be listened on */
+#define PB_NO_SUCH_BRIDGE           -5  /* pb_remove_bridge: none of that kind on that port */
+#define PB_INVALID                  -6  /* a NULL channel, a port of 0, an unknown kind */
+#define PB_OPEN_FAILED              -7  /* pb_open_channel: the device could not be opened */
+
+/* pb_remove_bridge's kinds. */
+#define PB_BRIDGE_HOST_TO_TERMINAL        0  /* listening on every host interface */
+#define PB_BRIDGE_HOST_TO_TERMINAL_LOCAL  1  /* listening on 127.0.0.1 only */
+#define PB_BRIDGE_TERMINAL_TO_HOST        2  /* listening on our PPP address */
+
+/* A channel on `device` (a serial device or a pty; a symbolic link is followed at each open)
+ * in the host role: we are 192.168.53.1, the terminal 192.168.53.2, with the SOCKS proxy on
+ * port 1080 and the DNS relay. Nothing is opened yet. NULL when `device` is NULL or empty. */
+pb_channel *pb_channel_create(const char *device, void *context,
+                              pb_did_open_fn did_open, pb_did_close_fn did_close);
+
+/* Starts opening the link and returns at once; did-open follows when IP runs on it, or
+ * did-close when it fails. 0: opening; PB_INVALID; PB_OPEN_FAILED when the device could not
+ * be opened (did-close has then been called with PB_CLOSED_LINE_FAILED). */
+int  pb_open_channel(pb_channel *channel);
+/* Closes the link (LCP Terminate-Request) and returns at once; did-close follows. */
+void pb_close_channel(pb_channel *channel);
+
+int  pb_add_host_to_terminal_bridge(pb_channel *channel, uint16_t port);
+int  pb_add_host_to_terminal_bridge_local(pb_channel *channel, uint16_t port);
+int  pb_add_terminal_to_host_bridge(pb_channel *channel, uint16_t port);
+int  pb_remove_bridge(pb_channel *channel, int kind, uint16_t port);
+
+/* TCP keep-alive for the terminal's connections through the proxy: idle seconds before the
+ * first probe, seconds between probes, unanswered probes. Values the kernel does not take
+ * (0, or beyond 32767 / 32767 / 127) are ignored. */
+void pb_set_keepalive(pb_channel *channel, unsigned idle_s, unsigned interval_s, unsigned count);
+
+/* Dotted quads, valid from did-open until did-close is called; "" while closed. */
+const char *pb_ip(pb_channel *channel);
+const char *pb_submask(pb_channel *channel);
+const char *pb_dns(pb_channel *channel);
+const char *pb_terminal_ip(pb_channel *channel);
+
+/* Closes the link without a word to the terminal if it is up and frees the channel. Not from
+ * a callback. */
+void pb_channel_destroy(pb_channel *channel);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
