@@ -357,6 +357,9 @@ public final class Channel: @unchecked Sendable {
         }
         reopenRequested = false
         lastCloseReason = nil
+        // The status's line counters are this link's from now on (a failed open counts nothing).
+        lastLineBytes = (0, 0)
+        lastFrames = (0, 0, 0)
         let line: SerialLine
         do throws(SystemError) {
             switch configuration.line {

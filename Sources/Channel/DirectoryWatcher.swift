@@ -7,18 +7,38 @@ import Glibc
 /// does not exist cannot be watched; the caller watches its nearest existing ancestor instead
 /// (`nearestExistingDirectory`) and asks again after each change.
 public final class DirectoryWatcher {
+    /// What to be told of in a directory.
+    public enum Interest: Sendable {
+        /// Names created, deleted or moved (a device node or link appearing and going).
+        case names
+        /// Those, and files written or their attributes changed (a configuration directory).
+        case contents
+
+        var mask: UInt32 {
+            let names = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
+            return self == .names ? names : names | UInt32(IN_CLOSE_WRITE | IN_ATTRIB)
+        }
+    }
+
+    /// A change: the directory, the name in it (empty: the directory itself was deleted or
+    /// moved, or the kernel's queue overflowed and anything may have changed), and whether the
+    /// name appeared (created or moved in).
+    public struct Change: Sendable, Equatable {
+        public var directory: String
+        public var name: String
+        public var appeared: Bool
+    }
+
     public let loop: EventLoop
     private let descriptor: Int32
     private var watches: [String: Int32] = [:]
-    private var directories: [Int32: String] = [:]
-    /// A directory and a name in it that changed; an empty name: the directory itself (it was
-    /// deleted or moved, or the kernel's queue overflowed and everything must be looked at).
-    public var onChange: (_ directory: String, _ name: String) -> Void = { _, _ in }
+    /// Two paths to one directory (a link among its ancestors) share the kernel's watch.
+    private var directories: [Int32: Set<String>] = [:]
+    public var onChange: (Change) -> Void = { _ in }
     /// Times the kernel's event queue overflowed (each reported as a change of everything).
     public private(set) var overflows = 0
-
-    static let mask = UInt32(IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_CLOSE_WRITE | IN_ATTRIB
-        | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR)
+    /// Events read per wake-up before the loop serves the others (the rest stay queued).
+    static let eventsPerTurn = 256
 
     public init(loop: EventLoop) throws(SystemError) {
         self.loop = loop
@@ -40,38 +60,43 @@ public final class DirectoryWatcher {
 
     public var watched: Set<String> { Set(watches.keys) }
 
-    /// Watches exactly `wanted`: new directories are added, the others dropped. Returns those
-    /// that could not be watched, with the system's words.
+    /// Watches exactly `wanted`, each for its interest: new directories are added, the others
+    /// dropped. Returns those that could not be watched, with the system's words.
     @discardableResult
-    public func watch(exactly wanted: Set<String>) -> [String: String] {
-        for (path, wd) in watches where !wanted.contains(path) {
-            inotify_rm_watch(descriptor, wd)
+    public func watch(exactly wanted: [String: Interest]) -> [String: String] {
+        for (path, wd) in watches where wanted[path] == nil {
             watches[path] = nil
-            directories[wd] = nil
+            directories[wd]?.remove(path)
+            if directories[wd]?.isEmpty == true {
+                directories[wd] = nil
+                inotify_rm_watch(descriptor, wd)
+            }
         }
         var failures: [String: String] = [:]
-        for path in wanted where watches[path] == nil {
-            let wd = inotify_add_watch(descriptor, path, DirectoryWatcher.mask)
+        for (path, interest) in wanted {
+            // Adding again replaces the mask (a directory whose interest changed).
+            let wd = inotify_add_watch(descriptor, path, interest.mask)
             guard wd >= 0 else {
                 failures[path] = String(cString: strerror(errno))
+                if let old = watches.removeValue(forKey: path) { directories[old]?.remove(path) }
                 continue
             }
             watches[path] = wd
-            directories[wd] = path
+            directories[wd, default: []].insert(path)
         }
         return failures
     }
 
     /// The directory to watch to learn when `path` appears: its parent when that exists, else
-    /// the nearest ancestor that does ("/" at worst).
+    /// the nearest ancestor that does ("/" at worst; `path` is absolute).
     public static func nearestExistingDirectory(of path: String) -> String {
         var directory = parent(of: path)
         var st = stat()
-        while directory != "/" {
+        while directory != "/" && directory != "." {
             if stat(directory, &st) == 0 && st.st_mode & S_IFMT == S_IFDIR { return directory }
             directory = parent(of: directory)
         }
-        return "/"
+        return directory
     }
 
     public static func parent(of path: String) -> String {
@@ -80,12 +105,20 @@ public final class DirectoryWatcher {
         return p.isEmpty ? "/" : p
     }
 
+    /// The name in `directory` that leads to `path` (its next component), if `path` is below it.
+    public static func component(of path: String, in directory: String) -> String? {
+        let prefix = directory == "/" ? "/" : directory + "/"
+        guard path.hasPrefix(prefix) else { return nil }
+        return path.dropFirst(prefix.count).split(separator: "/").first.map(String.init)
+    }
+
     private func readEvents() {
         var buffer = [UInt8](repeating: 0, count: 16_384)
-        while true {
+        var handled = 0
+        while handled < DirectoryWatcher.eventsPerTurn {
             let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { Glibc.read(descriptor, b.baseAddress, b.count) } }
             guard n > 0 else { return }
-            var changes: [(String, String)] = []
+            var changes: [Change] = []
             // struct inotify_event: wd, mask, cookie, len (4 bytes each), then len bytes of a
             // NUL-padded name. Read with bounds checks: the lengths come from the buffer.
             var offset = 0
@@ -96,24 +129,26 @@ public final class DirectoryWatcher {
                 let wd = Int32(bitPattern: word(0)), mask = word(4), length = Int(word(12))
                 let end = offset + 16 + length
                 guard end <= n else { break }
-                let nameBytes = buffer[(offset + 16)..<end].prefix { $0 != 0 }
-                let name = String(decoding: nameBytes, as: UTF8.self)
+                let name = String(decoding: buffer[(offset + 16)..<end].prefix { $0 != 0 }, as: UTF8.self)
+                handled += 1
                 if mask & UInt32(IN_Q_OVERFLOW) != 0 {
                     overflows += 1
-                    for d in watches.keys { changes.append((d, "")) }
-                } else if let directory = directories[wd] {
+                    for d in watches.keys { changes.append(Change(directory: d, name: "", appeared: false)) }
+                } else if let paths = directories[wd] {
+                    let selfChanged = mask & UInt32(IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED) != 0
                     if mask & UInt32(IN_IGNORED) != 0 {
                         // The directory is gone (or unwatched): forget the watch.
-                        if watches[directory] == wd { watches[directory] = nil }
+                        for d in paths where watches[d] == wd { watches[d] = nil }
                         directories[wd] = nil
-                        changes.append((directory, ""))
-                    } else {
-                        changes.append((directory, mask & UInt32(IN_DELETE_SELF | IN_MOVE_SELF) != 0 ? "" : name))
                     }
+                    let appeared = mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0
+                    for d in paths { changes.append(Change(directory: d, name: selfChanged ? "" : name, appeared: appeared)) }
                 }
                 offset = end
             }
-            for (d, name) in changes { onChange(d, name) }
+            for c in changes { onChange(c) }
         }
+        // More may be queued: the descriptor stays readable and the loop comes back for them
+        // after serving the others.
     }
 }

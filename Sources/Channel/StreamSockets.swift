@@ -30,12 +30,21 @@ public final class StreamConnection {
         self.connecting = connecting
     }
 
+    /// A connection let go without `close` is closed: the loop holds it only weakly, so nothing
+    /// would serve its descriptor again (a readable socket nobody reads wakes the loop forever).
+    deinit {
+        if !closed {
+            loop.unregister(descriptor)
+            Glibc.close(descriptor)
+        }
+    }
+
     /// Starts connecting to `endpoint`; `onConnected` or `onClose` follows.
     public static func connect(to endpoint: TCPEndpoint, loop: EventLoop) throws(SystemError) -> StreamConnection {
         let fd = try HostSocket.connect(to: endpoint)
         let c = StreamConnection(loop: loop, descriptor: fd, peer: endpoint, connecting: true)
         do throws(SystemError) { try c.register() } catch {
-            Glibc.close(fd)
+            c.close()
             throw error
         }
         return c
@@ -235,7 +244,7 @@ public final class StreamListener {
                 }
                 let c = StreamConnection(loop: loop, descriptor: fd, peer: path == nil ? peer : nil, connecting: false)
                 do throws(SystemError) { try c.register() } catch {
-                    Glibc.close(fd)
+                    c.close()
                     continue
                 }
                 onAccept?(c)

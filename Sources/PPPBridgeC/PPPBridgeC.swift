@@ -49,10 +49,16 @@ final class CChannel: ChannelDelegate, @unchecked Sendable {
         didOpen?(handle, context)
     }
 
+    /// True while did-close runs: an open from there is started on a later turn of the loop,
+    /// so a device that fails at once (unplugged) cannot recurse open → did-close → open.
+    var inDidClose = false
+
     func channelDidClose(_ channel: Channel, reason: ChannelCloseReason) {
         // Cleared first: a thread the callback wakes must not read the last link's addresses.
         for i in 0..<4 { addresses[16 * i] = 0 }
+        inDidClose = true
         didClose?(handle, reason.code, context)
+        inDidClose = false
     }
 }
 
@@ -76,6 +82,10 @@ public func pb_channel_create(_ device: UnsafePointer<CChar>?, _ context: Unsafe
 @_cdecl("pb_open_channel")
 public func pb_open_channel(_ p: OpaquePointer?) -> Int32 {
     guard let c = unwrap(p) else { return invalid }
+    if c.channel.loop.inLoop && c.inDidClose {
+        c.channel.loop.schedule(at: c.channel.loop.now) { [weak c] in try? c?.channel.start() }
+        return 0
+    }
     do { try c.channel.start() } catch { return openFailed }
     return 0
 }

@@ -26,14 +26,19 @@ import Testing
         let loop = try EventLoop()
         let watcher = try DirectoryWatcher(loop: loop)
         var seen: [String] = []
-        watcher.onChange = { d, name in if d == directory { seen.append(name) } }
-        #expect(watcher.watch(exactly: [directory, directory + "/missing"]) == [directory + "/missing": "No such file or directory"])
+        watcher.onChange = { c in if c.directory == directory { seen.append(c.name + (c.appeared ? "+" : "")) } }
+        #expect(watcher.watch(exactly: [directory: .contents, directory + "/missing": .names]) == [directory + "/missing": "No such file or directory"])
         symlink("/dev/null", directory + "/line")
         try "x".write(toFile: directory + "/t1.conf", atomically: false, encoding: .utf8)
         unlink(directory + "/line")
         let deadline = loop.now + .seconds(5)
-        loop.run { seen.filter { $0 == "line" }.count >= 2 && seen.contains("t1.conf") || loop.now > deadline }
-        #expect(seen.filter { $0 == "line" }.count >= 2 && seen.contains("t1.conf"), "\(seen)")
+        loop.run { seen.contains("line") && seen.contains("t1.conf") || loop.now > deadline }
+        // Created (appeared), written, deleted.
+        #expect(seen.first == "line+" && seen.contains("t1.conf+") && seen.contains("t1.conf") && seen.last == "line", "\(seen)")
+        #expect(DirectoryWatcher.component(of: directory + "/a/b", in: directory) == "a")
+        #expect(DirectoryWatcher.component(of: "/dev/serial/by-id/x", in: "/dev") == "serial")
+        #expect(DirectoryWatcher.component(of: "/devx/y", in: "/dev") == nil)
+        #expect(DirectoryWatcher.component(of: "/dev/x", in: "/") == "dev")
         #expect(DirectoryWatcher.nearestExistingDirectory(of: directory + "/a/b/c") == directory)
         #expect(DirectoryWatcher.nearestExistingDirectory(of: directory + "/c") == directory)
         #expect(DirectoryWatcher.parent(of: "/dev") == "/")

@@ -221,6 +221,45 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: control))
     }
 
+    /// pppd's maxfail: a line that never opens is given up after that many tries, and `ctl open`
+    /// tries again; a file renamed hands its device to the new name at once.
+    @Test func maxfailGivesUpAndARenamedFileKeepsItsDevice() async throws {
+        let directory = NSTemporaryDirectory() + "pppbridge-serve-\(UUID().uuidString.prefix(8))"
+        let conf = directory + "/conf", lines = directory + "/lines"
+        for d in [directory, conf, lines] { try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true) }
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        chmod(directory, 0o700)
+        let control = directory + "/control"
+        var children: [ChildProcess] = []
+        defer { for c in children { c.reap() } }
+        // A terminal that stays for the next link when ours closes (--persist makes a new pty).
+        let port = Host.freePort()
+        children.append(try ChildProcess(BridgeProcess.binary, ["run", "--pty", "--link", lines + "/a", "--role", "terminal", "--services", "echo:\(port)",
+                                                                "--persist"], output: directory + "/a.log"))
+        #expect(await eventually(10) { FileManager.default.fileExists(atPath: lines + "/a") })
+        try "not a tty".write(toFile: lines + "/plain", atomically: true, encoding: .utf8)
+        try "device \(lines)/a\nbridge local:\(port)\n".write(toFile: conf + "/a.conf", atomically: true, encoding: .utf8)
+        try "device \(lines)/plain\nmaxfail 2\nholdoff 0\n".write(toFile: conf + "/b.conf", atomically: true, encoding: .utf8)
+        let serveLog = directory + "/serve.log"
+        children.append(try ChildProcess(BridgeProcess.binary, ["serve", "--config", conf, "--control", control], output: serveLog))
+        var serveOutput: String { String(decoding: FileManager.default.contents(atPath: serveLog) ?? Data(), as: UTF8.self) }
+        #expect(await eventually(20) { serveOutput.contains("b: 2 failed opens in a row (maxfail 2)") }, "\(serveOutput)")
+        let given = try await Self.ctl(control, ["list"])
+        #expect(Self.states(given.reply) == ["a": "open", "b": "closed"], "\(given.reply)")
+        #expect(try await Self.ctl(control, ["open", "b"]).status == 0)
+        #expect(await eventually(20) { serveOutput.components(separatedBy: "b: 2 failed opens in a row").count == 3 }, "\(serveOutput)")
+
+        // Renamed: the old name lets the line go first, the new one takes it and opens.
+        try FileManager.default.moveItem(atPath: conf + "/a.conf", toPath: conf + "/c.conf")
+        #expect(await eventually(30) {
+            serveOutput.contains("a: configuration removed") && serveOutput.components(separatedBy: "c: open, ").count >= 2
+        }, "\(serveOutput)")
+        #expect(!serveOutput.contains("is a's already"), "\(serveOutput)")
+        #expect(await Self.eventuallyEchoes(port))
+        let renamed = try await Self.ctl(control, ["list"])
+        #expect(Self.states(renamed.reply) == ["b": "closed", "c": "open"], "\(renamed.reply)")
+    }
+
     @Test func theCExampleBuildsAndDrivesAChannel() async throws {
         let directory = NSTemporaryDirectory() + "pppbridge-capi-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)

@@ -54,7 +54,9 @@ pb_channel *pb_channel_create(const char *device, void *context,
 
 /* Starts opening the link and returns at once; did-open follows when IP runs on it, or
  * did-close when it fails. 0: opening; PB_INVALID; PB_OPEN_FAILED when the device could not
- * be opened (did-close has then been called with PB_CLOSED_LINE_FAILED). */
+ * be opened (did-close has then been called with PB_CLOSED_LINE_FAILED). Called from
+ * did-close (to reconnect), the open starts on the loop's next turn and returns 0; a failure
+ * is then a did-close of its own. */
 int  pb_open_channel(pb_channel *channel);
 /* Closes the link (LCP Terminate-Request) and returns at once; did-close follows. */
 void pb_close_channel(pb_channel *channel);

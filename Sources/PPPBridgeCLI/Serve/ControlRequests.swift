@@ -19,10 +19,12 @@ extension Service {
         }
         guard let command = request["cmd"]?.string else { return failure(ControlCode.badRequest, "expected a JSON object with cmd") }
         if command == "list" {
-            return ["ok": true, "terminals": terminals.keys.sorted().compactMap { terminals[$0].map(Service.summary) }]
+            return ["ok": true, "terminals": terminals.keys.sorted().compactMap { terminal($0).map(Service.summary) }]
         }
+        if stopping { return failure(ControlCode.badRequest, "the service is stopping") }
         if command == "reload" {
-            scan()
+            // Debounced: a client asking for thousands of reloads gets one.
+            scheduleScan()
             return ["ok": true]
         }
         let known = ["status", "add-bridge", "remove-bridge", "set-keepalive", "open", "close"]

@@ -47,8 +47,9 @@ final class ControlServer {
     private func accepted(_ c: StreamConnection) {
         guard clients.count < ControlServer.clientLimit else {
             clientsRefused += 1
+            // One try at saying why (the socket takes a short line at once), then closed.
             c.send(Array(ControlServer.line(["ok": false, "error": "too many control clients"]).utf8))
-            return c.shutdownWrite()
+            return c.close()
         }
         let key = ObjectIdentifier(c)
         let client = Client(c)

@@ -14,7 +14,8 @@ struct CtlCommand {
     usage: pppbridge ctl [--control PATH] COMMAND
 
     Talks to a running `pppbridge serve` through its control socket (default
-    $XDG_RUNTIME_DIR/pppbridge/control, else /run/pppbridge/control) and prints its JSON reply.
+    $XDG_RUNTIME_DIR/pppbridge/control when it exists, else /run/pppbridge/control) and prints
+    its JSON reply.
 
       list                         every terminal: state, addresses, bridges
       status NAME                  one terminal with its counters
@@ -50,11 +51,7 @@ struct CtlCommand {
             error("pppbridge ctl: expected list | status NAME | add-bridge NAME SPEC | remove-bridge NAME SPEC | set-keepalive NAME I,V,C | open NAME | close NAME | reload | events (see `pppbridge ctl --help`)")
             return CommandLineTool.Status.usage
         }
-        let socketPath: String
-        do { socketPath = try path ?? ServeCommand.defaultControlPath(environment: environment) } catch let e {
-            error("pppbridge ctl: \(e)")
-            return 1
-        }
+        let socketPath = path ?? CtlCommand.defaultControlPath(environment: environment)
         let fd: Int32
         do { fd = try UnixSocket.connect(to: socketPath) } catch let e {
             error("pppbridge ctl: \(e) (is `pppbridge serve` running?)")
@@ -86,6 +83,18 @@ struct CtlCommand {
                 }
             }
         }
+    }
+
+    /// The user's own service's socket when there is one, else the system service's (which the
+    /// caller reaches as a member of its group). Nothing is created or checked here: the
+    /// socket's mode decides.
+    static func defaultControlPath(environment: [String: String]) -> String {
+        if let x = environment["XDG_RUNTIME_DIR"], !x.isEmpty {
+            var st = stat()
+            let own = x + "/pppbridge/control"
+            if lstat(own, &st) == 0 { return own }
+        }
+        return "/run/pppbridge/control"
     }
 
     /// The request for the command line's words; nil when they are not a command.

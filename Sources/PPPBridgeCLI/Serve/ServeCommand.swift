@@ -155,7 +155,7 @@ final class ServiceRun {
                     output("serve: SIGHUP: reading \(directory) again")
                     service.scan()
                 } else {
-                    self.stop(service, loop)
+                    self.stop(service, loop, control)
                 }
             }
         } catch let e {
@@ -209,11 +209,13 @@ final class ServiceRun {
 
     /// Closes every link (LCP Terminate-Request), then ends; a link that does not finish its
     /// goodbye within 5 seconds is not waited for.
-    private func stop(_ service: Service, _ loop: EventLoop) {
+    private func stop(_ service: Service, _ loop: EventLoop, _ control: ControlServer) {
         guard !stopping else { return }
         stopping = true
         output("serve: stopping")
         notifier?.notify("STOPPING=1")
+        // No request opens a link again from here.
+        control.close()
         service.closeAll { [weak self] in self?.done = true }
         loop.schedule(at: loop.now + .seconds(5)) { [weak self] in self?.done = true }
     }

@@ -18,16 +18,20 @@ enum ServiceEvent {
 /// that is not there is waited for (the service's directory watcher says when it may have come);
 /// a link that ends is reopened after `holdoff` seconds; `maxfail` failed opens in a row (a link
 /// that never reached IPCP) leave it closed until it is opened again, its file changes or its
-/// device comes back.
+/// device appears anew.
 final class ServedTerminal {
     enum State: String { case waiting, opening, open, closed }
 
     let file: TerminalFile
     let channel: Channel
     var name: String { file.name }
+    /// The device path as it may be printed (the file's bytes, control characters escaped).
+    var devicePrintable: String { TerminalFile.printable(file.device) }
     private(set) var state = State.closed
     /// Opens wanted: false after `close` (the control socket) or once retired.
     private(set) var wanted = false
+    /// Let go for good (its file changed or was removed, or the service stops).
+    private(set) var retired = false
     /// Failed opens in a row (pppd's maxfail counts these).
     private(set) var failures = 0
     private(set) var gaveUp = false
@@ -53,6 +57,15 @@ final class ServedTerminal {
     private(set) var heldLine: LineIdentity?
     /// The name of another terminal that holds `line`, if one does (the service answers).
     var lineHolder: (LineIdentity) -> String? = { _ in nil }
+    /// Told when this terminal lets go of its line (another may be waiting for it).
+    var onLineReleased: () -> Void = {}
+
+    /// Set from a hang-up on a pty reached through a symbolic link, to the link as it was: a
+    /// pty's program that died leaves its link behind, and the pty number it leads to is soon
+    /// another program's. Until the link is made again, what it leads to is not opened. (Its
+    /// inode number is reused at once too; the change time tells a new link.) A serial device
+    /// that hangs up is opened again after the holdoff, as pppd does.
+    var staleLink: LinkStamp?
 
     init(file: TerminalFile, loop: EventLoop, publish: @escaping (ServiceEvent) -> Void, say: @escaping (String) -> Void) {
         self.file = file
@@ -65,23 +78,23 @@ final class ServedTerminal {
 
     var loop: EventLoop { channel.loop }
 
-    /// True from a hang-up on a pty reached through a symbolic link until that link changes: a
-    /// pty's program that died leaves its link behind, and the pty number it leads to is soon
-    /// another program's. (Only a change of the name says the link is new: its inode number and
-    /// the pty's number are both reused at once.) A serial device that hangs up is opened again
-    /// after the holdoff, as pppd does.
-    private var linkHungUp = false
-
-    /// The device is there (following a symbolic link, as an open would), and is not a link
-    /// that led to a line that hung up.
-    var deviceExists: Bool { !linkHungUp && LineIdentity(path: file.device) != nil }
+    /// The device is there (following a symbolic link, as an open would), and is not a link a
+    /// hung-up pty's program left behind.
+    var deviceExists: Bool {
+        if let stale = staleLink {
+            if LinkStamp(path: file.device) == stale { return false }
+            staleLink = nil
+        }
+        return LineIdentity(path: file.device) != nil
+    }
 
     /// Starts keeping the link open (a new terminal, or `open` from the control socket).
     func start() {
+        guard !retired else { return }
         wanted = true
         failures = 0
         gaveUp = false
-        if state == .closed { attempt() }
+        if state == .closed || state == .waiting { attempt() }
     }
 
     /// Closes the link and keeps it closed (`close` from the control socket).
@@ -97,50 +110,38 @@ final class ServedTerminal {
 
     /// Stops for good and calls `then` once the line is let go (a file changed or removed).
     func retire(then: @escaping () -> Void) {
+        retired = true
         stop()
         if state == .closed { return then() }
         retiring = then
     }
 
-    /// `name` changed in `directory` (an empty name: anything in it may have).
-    func changed(_ name: String, in directory: String) {
-        if linkHungUp && directory == DirectoryWatcher.parent(of: file.device)
-            && (name.isEmpty || name == String(file.device.split(separator: "/").last ?? "")) {
-            linkHungUp = false
+    /// Something changed in a watched directory: acted on when it concerns the device's path
+    /// (its name, or the name of the directory on the way to it; an empty name: anything).
+    func changed(_ change: DirectoryWatcher.Change) {
+        guard change.name.isEmpty || DirectoryWatcher.component(of: file.device, in: change.directory) == change.name else { return }
+        if gaveUp {
+            // A device that appears anew is a new line: maxfail counts again from zero.
+            if change.appeared && wanted && deviceExists { start() }
+            return
         }
-        deviceDirectoryChanged()
+        recheck()
     }
 
-    /// Something changed in the directory the device lives in (or one above it).
-    func deviceDirectoryChanged() {
-        guard wanted, !gaveUp || deviceExists else { return }
-        if state == .waiting && deviceExists {
-            attempt()
-        } else if gaveUp && deviceExists && state == .closed {
-            // A device that comes back is a new line: maxfail counts again from zero.
-            start()
-        }
+    /// Opens a terminal that waits for its device, if the device is there now.
+    func recheck() {
+        if wanted && !retired && state == .waiting && deviceExists { attempt() }
     }
 
     private func attempt() {
         cancelHoldoff()
-        guard wanted, retiring == nil else { return }
-        guard deviceExists else {
-            if state != .waiting {
-                state = .waiting
-                publish(.waiting(terminal: name, device: file.device))
-            }
-            return
-        }
-        // A symbolic link left behind by a program that died (a pty's) may lead to a device
-        // another terminal has opened since: one line is never two terminals'.
+        guard wanted, !retired else { return }
+        guard deviceExists else { return wait() }
+        // One line is never two terminals' (two paths to one device, or a link that now leads
+        // to the line another terminal holds).
         if let line = LineIdentity(path: file.device), let holder = lineHolder(line) {
-            if state != .waiting {
-                state = .waiting
-                say("\(name): \(file.device) leads to the line \(holder) holds; waiting for it to change")
-                publish(.waiting(terminal: name, device: file.device))
-            }
-            return
+            if state != .waiting { say("\(name): \(devicePrintable) leads to the line \(holder) holds; waiting for it") }
+            return wait()
         }
         heldLine = LineIdentity(path: file.device)
         state = .opening
@@ -148,6 +149,12 @@ final class ServedTerminal {
         linkCounted = false
         // A line that cannot be opened is reported by the closed event (handled below).
         try? channel.start()
+    }
+
+    private func wait() {
+        guard state != .waiting else { return }
+        state = .waiting
+        publish(.waiting(terminal: name, device: devicePrintable))
     }
 
     private func cancelHoldoff() {
@@ -196,26 +203,30 @@ final class ServedTerminal {
         }
         publish(.closed(terminal: name, reason))
         state = .closed
-        if reason == .lineHangUp, heldLine?.isPseudoTerminal == true, LineIdentity.isSymbolicLink(file.device) { linkHungUp = true }
+        if reason == .lineHangUp, heldLine?.isPseudoTerminal == true { staleLink = LinkStamp(path: file.device) }
+        let held = heldLine != nil
         heldLine = nil
         if let then = retiring {
             retiring = nil
-            return then()
+            then()
+        } else if wanted {
+            reopenLater()
         }
-        guard wanted else { return }
+        if held { onLineReleased() }
+    }
+
+    private func reopenLater() {
         if !reachedOpen { failures += 1 }
         if file.maxfail > 0 && failures >= file.maxfail {
             gaveUp = true
-            say("\(name): \(failures) failed opens in a row (maxfail \(file.maxfail)): left closed until opened again or its device comes back")
+            say("\(name): \(failures) failed opens in a row (maxfail \(file.maxfail)): left closed until opened again or its device appears anew")
             publish(.gaveUp(terminal: name, failures: failures))
             return
         }
-        if !deviceExists {
-            state = .waiting
-            publish(.waiting(terminal: name, device: file.device))
-            return
-        }
-        holdoffTimer = loop.schedule(at: loop.now + .seconds(file.holdoff)) { [weak self] in
+        guard deviceExists else { return wait() }
+        // A failed open is not retried sooner than a second later, whatever the holdoff.
+        let pause = reachedOpen ? file.holdoff : max(file.holdoff, 1)
+        holdoffTimer = loop.schedule(at: loop.now + .seconds(pause)) { [weak self] in
             self?.holdoffTimer = nil
             self?.attempt()
         }
@@ -282,8 +293,22 @@ struct LineIdentity: Equatable {
         return (136...143).contains(major)
     }
 
-    static func isSymbolicLink(_ path: String) -> Bool {
+
+}
+
+/// A symbolic link as it is now: its inode and change time (a link made again at the same path
+/// gets a new change time, even when its inode number is reused).
+struct LinkStamp: Equatable {
+    let inode: UInt64
+    let seconds: Int
+    let nanoseconds: Int
+
+    /// nil when `path` is not a symbolic link.
+    init?(path: String) {
         var st = stat()
-        return lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFLNK
+        guard lstat(path, &st) == 0, st.st_mode & S_IFMT == S_IFLNK else { return nil }
+        inode = UInt64(st.st_ino)
+        seconds = st.st_ctim.tv_sec
+        nanoseconds = st.st_ctim.tv_nsec
     }
 }

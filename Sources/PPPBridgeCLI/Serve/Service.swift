@@ -18,9 +18,12 @@ final class Service {
     private var pending: [String: TerminalFile] = [:]
     /// Bad files by path with their contents, so an unchanged bad file is reported once.
     private var rejected: [String: [UInt8]] = [:]
+    /// Good files whose device another terminal has: tried again at every scan, reported once.
+    private var conflicts: [String: [UInt8]] = [:]
     /// Files beyond `TerminalFile.maximumTerminals`, left out.
     private(set) var filesOverLimit = 0
     private(set) var configurationErrors = 0
+    private(set) var stopping = false
     private let watcher: DirectoryWatcher
     private var scanScheduled = false
     var say: (String) -> Void
@@ -36,49 +39,53 @@ final class Service {
         self.say = say
         self.complain = complain
         watcher = try DirectoryWatcher(loop: loop)
-        watcher.onChange = { [weak self] directory, name in self?.changed(directory, name) }
-        if let failure = watcher.watch(exactly: [directory])[directory] { throw SystemError("\(directory): \(failure)", errno: ENOENT) }
+        watcher.onChange = { [weak self] change in self?.changed(change) }
+        if let failure = watcher.watch(exactly: [directory: .contents])[directory] { throw SystemError("\(directory): \(failure)", errno: ENOENT) }
     }
 
     var openCount: Int { terminals.values.filter { $0.state == .open }.count }
 
-    func terminal(_ name: String) -> ServedTerminal? { terminals[name] }
+    func terminal(_ name: String) -> ServedTerminal? {
+        guard let t = terminals[name], !t.retired else { return nil }
+        return t
+    }
 
     /// Reads the directory and brings the terminals in line with it.
     func scan() {
-        let names: [String]
-        do { names = try FileManager.default.contentsOfDirectory(atPath: directory).sorted() } catch {
+        guard !stopping else { return }
+        let fileNames: [String]
+        do { fileNames = try FileManager.default.contentsOfDirectory(atPath: directory) } catch {
             complain("pppbridge serve: \(directory): \(error.localizedDescription)")
             return
         }
-        var seen = Set<String>()
-        var seenPaths = Set<String>()
+        var files: [String: String] = [:]
+        for fileName in fileNames {
+            if let name = TerminalFile.terminalName(fileName: fileName) { files[name] = directory + "/" + fileName }
+        }
+        // Terminals whose file is gone first: a file renamed takes over its device at once.
+        for (name, t) in terminals where files[name] == nil && !t.retired {
+            say("\(name): configuration removed")
+            pending[name] = nil
+            retire(t, name: name, announce: true)
+        }
+        for name in Array(pending.keys) where files[name] == nil { pending[name] = nil }
+        // Running terminals keep their places; new ones are taken while there is room.
         var overLimit = 0
-        for fileName in names {
-            guard let name = TerminalFile.terminalName(fileName: fileName) else { continue }
-            guard seen.count < TerminalFile.maximumTerminals else {
+        for name in files.keys.sorted(by: { (terminal($0) != nil ? 0 : 1, $0) < (terminal($1) != nil ? 0 : 1, $1) }) {
+            let serving = terminals.values.filter { !$0.retired }.count + pending.keys.filter { terminal($0) == nil }.count
+            if terminal(name) == nil && pending[name] == nil && serving >= TerminalFile.maximumTerminals {
                 overLimit += 1
                 continue
             }
-            seen.insert(name)
-            seenPaths.insert(directory + "/" + fileName)
-            load(name: name, path: directory + "/" + fileName)
+            if let path = files[name] { load(name: name, path: path) }
         }
         if overLimit > 0 && overLimit != filesOverLimit {
             complain("pppbridge serve: \(overLimit) configuration files beyond \(TerminalFile.maximumTerminals) terminals left out")
         }
         filesOverLimit = overLimit
-        for (name, t) in terminals where !seen.contains(name) {
-            say("\(name): configuration removed")
-            pending[name] = nil
-            retire(t) { [weak self] in
-                guard let self, self.terminals[name] === t else { return }
-                self.terminals[name] = nil
-                self.publish(.configuration(terminal: name, added: false))
-                self.startPending(name)
-            }
-        }
-        rejected = rejected.filter { seenPaths.contains($0.key) }
+        let paths = Set(files.values)
+        rejected = rejected.filter { paths.contains($0.key) }
+        conflicts = conflicts.filter { paths.contains($0.key) }
         rewatch()
     }
 
@@ -87,59 +94,84 @@ final class Service {
         switch TerminalFile.read(path) {
         case let .success(c): contents = c
         case let .failure(e):
-            report(path: path, contents: [], errors: e.messages)
+            if rejected[path] != [] { report(path: path, contents: [], errors: e.messages) }
             return
         }
-        if let current = pending[name] ?? terminals[name]?.file, current.contents == contents { return }
+        // What this name runs (or is about to): a terminal on its way out does not count.
+        if let current = pending[name] ?? terminal(name)?.file, current.contents == contents { return }
         if rejected[path] == contents { return }
         switch TerminalFile.parse(contents, name: name, path: path, defaults: defaults, environment: environment) {
         case let .failure(errors):
             report(path: path, contents: contents, errors: errors.messages)
         case let .success(file):
-            if let other = terminals.values.first(where: { $0.name != name && $0.file.device == file.device }) {
-                report(path: path, contents: contents, errors: ["\(path): device \(file.device) is \(other.name)'s already"])
+            rejected[path] = nil
+            if let other = deviceHolder(of: file, except: name) {
+                if conflicts[path] != contents {
+                    conflicts[path] = contents
+                    configurationErrors += 1
+                    let message = "\(path): device \(TerminalFile.printable(file.device)) is \(other)'s already (tried again when that changes)"
+                    complain("pppbridge serve: " + message)
+                    publish(.configurationError(path: path, [message]))
+                }
                 return
             }
-            rejected[path] = nil
+            conflicts[path] = nil
+            pending[name] = file
             if let old = terminals[name] {
-                say("\(name): configuration changed")
-                pending[name] = file
-                retire(old) { [weak self] in
-                    guard let self, self.terminals[name] === old else { return }
-                    self.terminals[name] = nil
-                    self.startPending(name)
-                }
+                if !old.retired { say("\(name): configuration changed") }
+                retire(old, name: name, announce: false)
             } else {
-                pending[name] = file
                 startPending(name)
             }
         }
     }
 
+    /// The terminal (running or about to) whose device is `file`'s: the same path, or a path
+    /// to the same device.
+    private func deviceHolder(of file: TerminalFile, except name: String) -> String? {
+        let line = LineIdentity(path: file.device)
+        func same(_ other: TerminalFile) -> Bool {
+            other.device == file.device || (line != nil && LineIdentity(path: other.device) == line)
+        }
+        if let t = terminals.values.first(where: { $0.name != name && !$0.retired && same($0.file) }) { return t.name }
+        return pending.first(where: { $0.key != name && same($0.value) })?.key
+    }
+
     private func report(path: String, contents: [UInt8], errors: [String]) {
         rejected[path] = contents
         configurationErrors += 1
-        let kept = terminals.values.contains { $0.file.path == path } ? " (the terminal keeps its previous configuration)" : ""
+        let kept = terminals.values.contains { $0.file.path == path && !$0.retired } ? " (the terminal keeps its previous configuration)" : ""
         for e in errors { complain("pppbridge serve: \(e)" + kept) }
         publish(.configurationError(path: path, errors))
     }
 
-    private func startPending(_ name: String) {
-        guard terminals[name] == nil, let file = pending.removeValue(forKey: name) else { return }
+    /// Lets `t` go; once its line is free, the file waiting for the name (if any) starts.
+    private func retire(_ t: ServedTerminal, name: String, announce: Bool) {
+        t.retire { [weak self, weak t] in
+            guard let self, let t, self.terminals[name] === t else { return }
+            self.terminals[name] = nil
+            if announce { self.publish(.configuration(terminal: name, added: false)) }
+            self.startPending(name, after: t)
+            // A file refused for this terminal's device may take it now.
+            if !self.conflicts.isEmpty { self.scheduleScan() }
+        }
+    }
+
+    private func startPending(_ name: String, after old: ServedTerminal? = nil) {
+        guard !stopping, terminals[name] == nil, let file = pending.removeValue(forKey: name) else { return }
         let t = ServedTerminal(file: file, loop: loop, publish: { [weak self] in self?.terminalEvent($0) },
                                say: { [weak self] in self?.say($0) })
         t.lineHolder = { [weak self, unowned t] line in
             self?.terminals.values.first { $0 !== t && $0.heldLine == line }?.name
         }
+        t.onLineReleased = { [weak self] in self?.recheckWaiting() }
+        // The same device: a pty link its predecessor saw hang up is still not to be trusted.
+        if let old, old.file.device == file.device { t.staleLink = old.staleLink }
         terminals[name] = t
-        say("\(name): on \(file.device)")
+        say("\(name): on \(t.devicePrintable)")
         publish(.configuration(terminal: name, added: true))
         t.start()
         rewatch()
-    }
-
-    private func retire(_ t: ServedTerminal, then: @escaping () -> Void) {
-        t.retire(then: then)
     }
 
     private func terminalEvent(_ event: ServiceEvent) {
@@ -157,19 +189,23 @@ final class Service {
         publish(event)
     }
 
+    /// Gives every waiting terminal a look at its device.
+    private func recheckWaiting() {
+        for t in Array(terminals.values) where t.state == .waiting { t.recheck() }
+    }
+
     // MARK: Watching
 
-    private func changed(_ changedDirectory: String, _ name: String) {
-        if changedDirectory == directory {
-            scheduleScan()
-        }
-        for t in Array(terminals.values) { t.changed(name, in: changedDirectory) }
-        rewatch()
+    private func changed(_ change: DirectoryWatcher.Change) {
+        if change.directory == directory { scheduleScan() }
+        for t in Array(terminals.values) { t.changed(change) }
+        // A directory on the way to a device appeared or went: watch the next one down (or up).
+        if change.directory != directory || change.name.isEmpty { rewatch() }
     }
 
     /// Scans once the directory has been quiet for a moment (an editor's save is several events).
     func scheduleScan() {
-        guard !scanScheduled else { return }
+        guard !scanScheduled, !stopping else { return }
         scanScheduled = true
         loop.schedule(at: loop.now + .milliseconds(100)) { [weak self] in
             self?.scanScheduled = false
@@ -178,17 +214,26 @@ final class Service {
     }
 
     /// Watches the configuration directory and, for every terminal, the directory its device
-    /// is in (or the nearest one above it that exists).
+    /// is in (or the nearest one above it that exists). A directory that appeared before its
+    /// watch was in place may already hold the device: waiting terminals look again until the
+    /// watches stop moving.
     private func rewatch() {
-        var wanted: Set<String> = [directory]
-        for t in terminals.values { wanted.insert(DirectoryWatcher.nearestExistingDirectory(of: t.file.device)) }
-        for (path, failure) in watcher.watch(exactly: wanted) where path == directory {
-            complain("pppbridge serve: \(path): \(failure)")
+        for _ in 0..<8 {
+            var wanted: [String: DirectoryWatcher.Interest] = [:]
+            for t in terminals.values where !t.retired { wanted[DirectoryWatcher.nearestExistingDirectory(of: t.file.device)] = .names }
+            wanted[directory] = .contents
+            let before = watcher.watched
+            for (path, failure) in watcher.watch(exactly: wanted) where path == directory {
+                complain("pppbridge serve: \(path): \(failure)")
+            }
+            if watcher.watched == before { return }
+            recheckWaiting()
         }
     }
 
-    /// Closes every link; `then` once all are down.
+    /// Closes every link; `then` once all are down. Nothing is opened or read again after.
     func closeAll(then: @escaping () -> Void) {
+        stopping = true
         pending = [:]
         var left = terminals.count
         guard left > 0 else { return then() }

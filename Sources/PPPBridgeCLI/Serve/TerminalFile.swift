@@ -14,6 +14,11 @@ struct TerminalFile {
     /// A configuration file is a few lines; one larger than this is refused unread.
     static let maximumSize = 65_536
     static let suffix = ".conf"
+    /// Errors reported per file (a file of junk is not thousands of lines of log).
+    static let maximumErrors = 20
+    /// Options whose value is a file `serve` reads or writes: refused unless a regular file (or,
+    /// for captures, a path not there yet), so a FIFO cannot hold the loop in open(2) or read(2).
+    static let fileOptions = ["password-file", "peer-file", "socks-user-file", "pcap", "record"]
 
     let name: String
     let path: String
@@ -47,6 +52,7 @@ struct TerminalFile {
         "persist": "serve always reopens a link that went down (see holdoff and maxfail)",
         "status-json": "the control socket's `status` gives the same",
         "ping": "serve does not ping", "ping-count": "serve does not ping",
+        "rearm": "serve adds the bridges each time the link opens",
         "help": "not an option", "h": "not an option",
     ]
 
@@ -81,6 +87,14 @@ struct TerminalFile {
                 continue
             }
             var values = ArgumentCursor(Array(words.dropFirst()))
+            if fileOptions.contains(option), let file = words.dropFirst().first {
+                var st = stat()
+                let exists = stat(file, &st) == 0
+                if exists && st.st_mode & S_IFMT != S_IFREG {
+                    complain("\(option): \(file) is not a regular file")
+                    continue
+                }
+            }
             switch option {
             case "holdoff", "maxfail":
                 guard let v = values.next(), let n = Int(v), (0...86_400).contains(n) else {
@@ -93,9 +107,15 @@ struct TerminalFile {
             }
             if let extra = values.next() { complain("\(option): unexpected '\(extra)' after its value") }
         }
+        if errors.count > maximumErrors {
+            let more = errors.count - maximumErrors
+            errors = Array(errors.prefix(maximumErrors)) + ["\(path): \(more) more errors"]
+        }
         if errors.isEmpty {
             if options.device == nil {
                 errors.append("\(path): no `device PATH` line")
+            } else if options.device?.hasPrefix("/") != true {
+                errors.append("\(path): the device must be an absolute path, not '\(printable(options.device ?? ""))'")
             } else if !options.validate(environment: environment, complain: { errors.append("\(path): " + TerminalFile.printable($0)) }) {
                 // said
             }
