@@ -1,3 +1,4 @@
+import CSystem
 import Glibc
 
 /// The service manager's notify protocol (sd_notify(3)): datagrams of `KEY=VALUE` lines to the
