@@ -29,25 +29,17 @@ let environment = ProcessInfo.processInfo.environment
 let outputToJournal = JournalStream.isJournal(STDOUT_FILENO, environment: environment)
 let errorsToJournal = JournalStream.isJournal(STDERR_FILENO, environment: environment)
 
-let tool = CommandLineTool(
-    // Written line by line: a program reading our output through a pipe sees events as they happen.
-    standardOutput: { text in
-        if outputToJournal {
-            for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
-                writeLine(JournalStream.prefixed(String(line), standardError: false), to: STDOUT_FILENO)
-            }
-        } else {
-            writeLine(text, to: STDOUT_FILENO)
-        }
-    },
-    standardError: { text in
-        if errorsToJournal {
-            for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
-                writeLine(JournalStream.prefixed(String(line), standardError: true), to: STDERR_FILENO)
-            }
-        } else {
-            writeLine(text, to: STDERR_FILENO)
+/// Writes what a command says to `descriptor`, each line with its priority when it is the journal.
+func writer(_ descriptor: Int32, journal: Bool) -> (String) -> Void {
+    { text in
+        guard journal else { return writeLine(text, to: descriptor) }
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            writeLine(JournalStream.prefixed(String(line), standardError: descriptor == STDERR_FILENO), to: descriptor)
         }
     }
-)
+}
+
+// Written line by line: a program reading our output through a pipe sees events as they happen.
+let tool = CommandLineTool(standardOutput: writer(STDOUT_FILENO, journal: outputToJournal),
+                           standardError: writer(STDERR_FILENO, journal: errorsToJournal))
 exit(tool.run(Array(CommandLine.arguments.dropFirst())))

@@ -78,6 +78,15 @@ import Testing
         return false
     }
 
+    /// A private directory for one test, with `conf` and `lines` in it.
+    static func makeDirectories() throws -> (directory: String, conf: String, lines: String) {
+        let directory = NSTemporaryDirectory() + "pppbridge-serve-\(UUID().uuidString.prefix(8))"
+        let conf = directory + "/conf", lines = directory + "/lines"
+        for d in [directory, conf, lines] { try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true) }
+        chmod(directory, 0o700)
+        return (directory, conf, lines)
+    }
+
     static func refuses(_ port: UInt16) -> Bool {
         guard case let .success(fd) = Host.connect(TCPEndpoint(IPv4Address(127, 0, 0, 1), port), timeout: 5) else { return true }
         close(fd)
@@ -85,11 +94,8 @@ import Testing
     }
 
     @Test func terminalsFromFilesDrivenThroughTheControlSocket() async throws {
-        let directory = NSTemporaryDirectory() + "pppbridge-serve-\(UUID().uuidString.prefix(8))"
-        let conf = directory + "/conf", lines = directory + "/lines"
-        for d in [directory, conf, lines] { try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true) }
+        let (directory, conf, lines) = try Self.makeDirectories()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        chmod(directory, 0o700)
         let control = directory + "/control"
         let notify = try NotifySocket(path: directory + "/notify")
 
@@ -224,11 +230,8 @@ import Testing
     /// pppd's maxfail: a line that never opens is given up after that many tries, and `ctl open`
     /// tries again; a file renamed hands its device to the new name at once.
     @Test func maxfailGivesUpAndARenamedFileKeepsItsDevice() async throws {
-        let directory = NSTemporaryDirectory() + "pppbridge-serve-\(UUID().uuidString.prefix(8))"
-        let conf = directory + "/conf", lines = directory + "/lines"
-        for d in [directory, conf, lines] { try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true) }
+        let (directory, conf, lines) = try Self.makeDirectories()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        chmod(directory, 0o700)
         let control = directory + "/control"
         var children: [ChildProcess] = []
         defer { for c in children { c.reap() } }

@@ -193,12 +193,7 @@ final class ServedTerminal {
         lastCloseReason = reason
         closeReasons[reason.name, default: 0] += 1
         if !linkCounted {
-            let s = channel.status
-            finishedLinks.bytesIn += s.lineBytesIn
-            finishedLinks.bytesOut += s.lineBytesOut
-            finishedLinks.framesIn += s.framesIn
-            finishedLinks.framesOut += s.framesOut
-            finishedLinks.dropped += s.framesDropped
+            finishedLinks = totals
             linkCounted = true
         }
         publish(.closed(terminal: name, reason))
@@ -234,16 +229,10 @@ final class ServedTerminal {
 
     /// The counters over every link, the current one included.
     var totals: (bytesIn: Int, bytesOut: Int, framesIn: Int, framesOut: Int, dropped: Int) {
-        var t = finishedLinks
-        if !linkCounted {
-            let s = channel.status
-            t.bytesIn += s.lineBytesIn
-            t.bytesOut += s.lineBytesOut
-            t.framesIn += s.framesIn
-            t.framesOut += s.framesOut
-            t.dropped += s.framesDropped
-        }
-        return t
+        guard !linkCounted else { return finishedLinks }
+        let s = channel.status, f = finishedLinks
+        return (f.bytesIn + s.lineBytesIn, f.bytesOut + s.lineBytesOut, f.framesIn + s.framesIn, f.framesOut + s.framesOut,
+                f.dropped + s.framesDropped)
     }
 
     // MARK: Bridges at runtime
