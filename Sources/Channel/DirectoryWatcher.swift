@@ -61,9 +61,9 @@ public final class DirectoryWatcher {
     public var watched: Set<String> { Set(watches.keys) }
 
     /// Watches exactly `wanted`, each for its interest: new directories are added, the others
-    /// dropped. Returns those that could not be watched, with the system's words.
+    /// dropped. Returns those that could not be watched, with the system's error.
     @discardableResult
-    public func watch(exactly wanted: [String: Interest]) -> [String: String] {
+    public func watch(exactly wanted: [String: Interest]) -> [String: SystemError] {
         for (path, wd) in watches where wanted[path] == nil {
             watches[path] = nil
             directories[wd]?.remove(path)
@@ -72,12 +72,12 @@ public final class DirectoryWatcher {
                 inotify_rm_watch(descriptor, wd)
             }
         }
-        var failures: [String: String] = [:]
+        var failures: [String: SystemError] = [:]
         for (path, interest) in wanted {
             // Adding again replaces the mask (a directory whose interest changed).
             let wd = inotify_add_watch(descriptor, path, interest.mask)
             guard wd >= 0 else {
-                failures[path] = String(cString: strerror(errno))
+                failures[path] = SystemError("watch \(path)")
                 if let old = watches.removeValue(forKey: path) { directories[old]?.remove(path) }
                 continue
             }

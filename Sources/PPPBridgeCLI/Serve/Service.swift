@@ -40,7 +40,7 @@ final class Service {
         self.complain = complain
         watcher = try DirectoryWatcher(loop: loop)
         watcher.onChange = { [weak self] change in self?.changed(change) }
-        if let failure = watcher.watch(exactly: [directory: .contents])[directory] { throw SystemError("\(directory): \(failure)", errno: ENOENT) }
+        if let failure = watcher.watch(exactly: [directory: .contents])[directory] { throw failure }
     }
 
     var openCount: Int { terminals.values.filter { $0.state == .open }.count }
@@ -224,7 +224,7 @@ final class Service {
             wanted[directory] = .contents
             let before = watcher.watched
             for (path, failure) in watcher.watch(exactly: wanted) where path == directory {
-                complain("pppbridge serve: \(path): \(failure)")
+                complain("pppbridge serve: \(failure)")
             }
             if watcher.watched == before { return }
             recheckWaiting()
