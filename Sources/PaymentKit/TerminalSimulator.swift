@@ -51,9 +51,7 @@ public final class TerminalSimulator: @unchecked Sendable {
     private var controlClients: [ObjectIdentifier: ControlClient] = [:]
     private struct ControlClient {
         var connection: StreamConnection
-        var buffer: [UInt8] = []
-        /// Inside a line that went beyond the limit: bytes are dropped up to its newline.
-        var skipping = false
+        var lines = LineAssembler(limit: TerminalSimulator.controlLineLimit)
     }
     /// Control clients at once; one more is closed at once.
     static let controlClientLimit = 8
@@ -273,49 +271,20 @@ public final class TerminalSimulator: @unchecked Sendable {
         controlClients[key] = ControlClient(connection: c)
         c.onData = { [weak self] bytes in
             guard let self, var entry = self.controlClients[key] else { return }
-            // Answers an overlong line; false when the client went away on the answer.
-            func refuseLongLine() -> Bool {
-                let answer: JSONValue = ["ok": false, "error": .string("line longer than \(TerminalSimulator.controlLineLimit) bytes: skipped")]
-                entry.connection.send(answer.serialized + [0x0A])
-                guard entry.connection.isOpen else {
-                    self.controlClients[key] = nil
-                    return false
+            let pieces = entry.lines.feed(bytes)
+            self.controlClients[key] = entry
+            for piece in pieces {
+                let answer: JSONValue
+                switch piece {
+                case .tooLong:
+                    // Answered at once; the rest of the line is dropped, never held.
+                    self.controlClientsRefused += 1
+                    answer = ["ok": false, "error": .string("line longer than \(TerminalSimulator.controlLineLimit) bytes: skipped")]
+                case let .line(line):
+                    answer = self.handleControl(line)
+                    // The command may have closed the control socket (a stop).
+                    guard self.controlClients[key] != nil else { return }
                 }
-                return true
-            }
-            var rest = bytes[...]
-            while !rest.isEmpty {
-                let newline = rest.firstIndex(of: 0x0A)
-                if entry.skipping {
-                    // The rest of an overlong line: dropped, its end ends the skipping.
-                    guard let newline else { break }
-                    entry.skipping = false
-                    rest = rest[(newline + 1)...]
-                    continue
-                }
-                guard let newline else {
-                    entry.buffer += rest
-                    // Only a complete line is acted on; one that goes on too long is answered
-                    // now and the rest of it dropped (never held).
-                    if entry.buffer.count > TerminalSimulator.controlLineLimit {
-                        entry.buffer = []
-                        entry.skipping = true
-                        self.controlClientsRefused += 1
-                        guard refuseLongLine() else { return }
-                    }
-                    break
-                }
-                let line = entry.buffer + rest[..<newline]
-                entry.buffer = []
-                rest = rest[(newline + 1)...]
-                guard line.count <= TerminalSimulator.controlLineLimit else {
-                    guard refuseLongLine() else { return }
-                    continue
-                }
-                self.controlClients[key] = entry
-                let answer = self.handleControl(Array(line))
-                // The command may have closed the control socket (a stop).
-                guard self.controlClients[key] != nil else { return }
                 entry.connection.send(answer.serialized + [0x0A])
                 // The client may be gone (the send failed and closed it): nothing more for it.
                 guard entry.connection.isOpen, self.controlClients[key] != nil else {
@@ -329,8 +298,6 @@ public final class TerminalSimulator: @unchecked Sendable {
                     return entry.connection.close()
                 }
             }
-            // Written back only while the client is still there (its close removed it).
-            if self.controlClients[key] != nil { self.controlClients[key] = entry }
         }
         c.onClose = { [weak self] _ in self?.controlClients[key] = nil }
     }
