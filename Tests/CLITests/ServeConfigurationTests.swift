@@ -85,3 +85,23 @@ import Testing
         for bad in ["local:0", "local:", "sideways:5", "host:65536", "host:5:6", ""] { #expect(BridgeSpec(parsing: bad) == nil, "\(bad)") }
     }
 }
+
+/// journald's stream: priorities only on the stream JOURNAL_STREAM names.
+@Suite struct JournalStreamTests {
+    @Test func prioritiesOnlyOnTheJournalsOwnStream() throws {
+        let path = NSTemporaryDirectory() + "pppbridge-journal-\(UUID().uuidString.prefix(8))"
+        FileManager.default.createFile(atPath: path, contents: nil)
+        defer { try? FileManager.default.removeItem(atPath: path) }
+        let fd = open(path, O_WRONLY)
+        defer { close(fd) }
+        var st = stat()
+        #expect(fstat(fd, &st) == 0)
+        #expect(JournalStream.isJournal(fd, environment: ["JOURNAL_STREAM": "\(st.st_dev):\(st.st_ino)"]))
+        #expect(!JournalStream.isJournal(fd, environment: ["JOURNAL_STREAM": "\(st.st_dev):\(st.st_ino + 1)"]))
+        #expect(!JournalStream.isJournal(fd, environment: [:]))
+        #expect(!JournalStream.isJournal(fd, environment: ["JOURNAL_STREAM": "junk"]))
+        #expect(JournalStream.prefixed("serve: t1: open", standardError: false) == "<6>serve: t1: open")
+        #expect(JournalStream.prefixed("pppbridge serve: a.conf:2: --mru must be 128–16384", standardError: true).hasPrefix("<3>"))
+        #expect(JournalStream.prefixed("pppbridge run: warning: x", standardError: true).hasPrefix("<4>"))
+    }
+}
