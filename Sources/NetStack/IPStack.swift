@@ -390,15 +390,18 @@ public struct IPStack: Sendable {
         }
     }
 
+    // See `TCPConnection.takeSegments`: handed over whole, nothing allocated when empty.
     public mutating func takeOutgoing() -> [[UInt8]] {
         collectSegments()
-        defer { outgoing.removeAll(keepingCapacity: true) }
+        guard !outgoing.isEmpty else { return [] }
+        defer { outgoing = [] }
         return outgoing
     }
 
     public mutating func takeEvents() -> [StackEvent] {
         collectSegments()
-        defer { events.removeAll(keepingCapacity: true) }
+        guard !events.isEmpty else { return [] }
+        defer { events = [] }
         return events
     }
 
@@ -417,9 +420,11 @@ public struct IPStack: Sendable {
             // RFC 792: fragment reassembly time exceeded.
             sendICMPError(type: ICMPHeader.timeExceeded, code: 1, about: header, payload: firstBytes, now: now)
         }
-        for id in Array(connections.keys) {
-            guard let p = connections[id]?.pollAt, p <= now else { continue }
-            connections[id]!.poll(now: now)
+        // Through the values in place: no copy of the keys, no lookups (polling changes no keys).
+        var i = connections.values.startIndex
+        while i != connections.values.endIndex {
+            if let p = connections.values[i].pollAt, p <= now { connections.values[i].poll(now: now) }
+            connections.values.formIndex(after: &i)
         }
         collectSegments()
     }
@@ -610,15 +615,20 @@ extension IPStack {
     /// Moves every connection's segments and events out, and forgets finished connections.
     private mutating func collectSegments() {
         var finished: [ConnectionID] = []
-        for id in Array(connections.keys) {
-            let segments = connections[id]!.takeSegments()
-            let connEvents = connections[id]!.takeEvents()
-            if segments.isEmpty && connEvents.isEmpty && connections[id]!.state != .closed { continue }
-            let conn = connections[id]!
+        // Through the dictionary's indices in place: no copy of the keys or of a connection,
+        // and no lookups (nothing here adds or removes a connection until the loop is over).
+        var i = connections.values.startIndex
+        while i != connections.values.endIndex {
+            defer { connections.values.formIndex(after: &i) }
+            let segments = connections.values[i].takeSegments()
+            let connEvents = connections.values[i].takeEvents()
+            if segments.isEmpty && connEvents.isEmpty && connections.values[i].state != .closed { continue }
+            let id = connections.keys[i]
+            let local = connections.values[i].local.address, remote = connections.values[i].remote.address
             for s in segments {
                 if s.header.flags.contains(.rst) { counterBase.tcpResetsSent += 1 }
-                let bytes = s.header.emit(source: conn.local.address, destination: conn.remote.address, payload: s.payload) + s.payload
-                send(protocol: IPProtocol.tcp, to: conn.remote.address, payload: bytes)
+                let bytes = s.header.emit(source: local, destination: remote, payload: s.payload) + s.payload
+                send(protocol: IPProtocol.tcp, to: remote, payload: bytes)
             }
             for e in connEvents {
                 if let port = pendingAccept[id] {
@@ -634,7 +644,8 @@ extension IPStack {
                 }
                 events.append(.tcp(id, e))
             }
-            if conn.state == .closed && (released.contains(id) || pendingAccept[id] != nil || conn.readableBytes == 0) {
+            if connections.values[i].state == .closed
+                && (released.contains(id) || pendingAccept[id] != nil || connections.values[i].readableBytes == 0) {
                 finished.append(id)
             }
         }

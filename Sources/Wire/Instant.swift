@@ -54,7 +54,27 @@ func saturatingNanoseconds(_ x: Double) -> Int64 {
     return Int64(x)
 }
 
-/// The earliest of optional deadlines.
-public func earliest(_ deadlines: Instant?...) -> Instant? {
-    deadlines.compactMap { $0 }.min()
+/// The earliest of optional deadlines. Fixed arities rather than a variadic list: asked on
+/// every turn of the loop for every link, a variadic call would allocate its array each time.
+@inlinable
+public func earliest(_ a: Instant?, _ b: Instant?) -> Instant? {
+    guard let a else { return b }
+    guard let b else { return a }
+    return min(a, b)
+}
+
+@inlinable
+public func earliest(_ a: Instant?, _ b: Instant?, _ c: Instant?) -> Instant? { earliest(earliest(a, b), c) }
+
+@inlinable
+public func earliest(_ a: Instant?, _ b: Instant?, _ c: Instant?, _ d: Instant?) -> Instant? { earliest(earliest(a, b), earliest(c, d)) }
+
+@inlinable
+public func earliest(_ a: Instant?, _ b: Instant?, _ c: Instant?, _ d: Instant?, _ e: Instant?) -> Instant? {
+    earliest(earliest(a, b, c), earliest(d, e))
+}
+
+@inlinable
+public func earliest(_ a: Instant?, _ b: Instant?, _ c: Instant?, _ d: Instant?, _ e: Instant?, _ f: Instant?) -> Instant? {
+    earliest(earliest(a, b, c), earliest(d, e, f))
 }

@@ -303,13 +303,18 @@ public struct TCPConnection: Sendable {
     public mutating func setKeepAlive(_ keepAlive: TCPKeepAlive?) { configuration.keepAlive = keepAlive }
     public mutating func setUserTimeout(_ timeout: Duration?) { configuration.userTimeout = timeout }
 
+    // Handed over whole and replaced by an empty array (which allocates nothing): emptying
+    // with `keepingCapacity` would allocate a new buffer every time, as the one handed over
+    // is still referenced.
     public mutating func takeSegments() -> [TCPSegment] {
-        defer { outgoing.removeAll(keepingCapacity: true) }
+        guard !outgoing.isEmpty else { return [] }
+        defer { outgoing = [] }
         return outgoing
     }
 
     public mutating func takeEvents() -> [TCPEvent] {
-        defer { events.removeAll(keepingCapacity: true) }
+        guard !events.isEmpty else { return [] }
+        defer { events = [] }
         return events
     }
 }

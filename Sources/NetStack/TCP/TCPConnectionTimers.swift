@@ -33,7 +33,12 @@ extension TCPConnection {
     public var pollAt: Instant? {
         if state == .closed { return nil }
         if ackNow { return .zero }
-        return TCPTimer.allCases.compactMap(deadline).min()
+        // A loop, not compactMap(...).min(): asked on every turn, it must not allocate.
+        var earliest: Instant?
+        for timer in TCPTimer.allCases {
+            if let d = deadline(timer), earliest.map({ d < $0 }) ?? true { earliest = d }
+        }
+        return earliest
     }
 
     public mutating func poll(now: Instant) {
