@@ -35,6 +35,12 @@ public struct ByteQueue: Sendable {
     /// Removes and returns up to `maximum` bytes from the head.
     public mutating func take(_ maximum: Int) -> [UInt8] {
         let n = Swift.min(maximum, count)
+        // All of it, from the start of the buffer: the buffer itself is handed over. (A copy of
+        // the whole would share it anyway, and emptying the queue would then allocate anew.)
+        if n == storage.count && head == 0 && n > 0 {
+            defer { storage = [] }
+            return storage
+        }
         let bytes = copy(offset: 0, length: n)
         removeFirst(n)
         return bytes

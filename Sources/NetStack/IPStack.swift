@@ -370,7 +370,12 @@ public struct IPStack: Sendable {
         // TCP sizes its segments to the MTU, so it may forbid fragmentation; others are split.
         if proto == IPProtocol.tcp { h.dontFragment = true }
         if h.totalLength <= configuration.mtu {
-            outgoing.append(h.emit() + payload)
+            // One buffer for the packet: the header written into it, then the payload.
+            var packet: [UInt8] = []
+            packet.reserveCapacity(h.totalLength)
+            h.emit(into: &packet)
+            packet += payload
+            outgoing.append(packet)
             counterBase.ipSent += 1
             return
         }
@@ -388,6 +393,29 @@ public struct IPStack: Sendable {
             counterBase.fragmentsSent += 1
             offset += n
         }
+    }
+
+    /// A segment as one IP packet built in one buffer (IP header, TCP header, payload); one
+    /// larger than the MTU (which TCP does not make) goes through `send`.
+    private mutating func sendTCP(_ s: TCPSegment, from local: IPv4Address, to remote: IPv4Address) {
+        let ipLength = 20, tcpLength = s.header.emittedLength
+        guard ipLength + tcpLength + s.payload.count <= configuration.mtu else {
+            var bytes = s.header.emit(source: local, destination: remote, payload: s.payload)
+            bytes += s.payload
+            return send(protocol: IPProtocol.tcp, to: remote, payload: bytes)
+        }
+        identification &+= 1
+        var h = IPv4Header(protocol: IPProtocol.tcp, source: configuration.address, destination: remote, payloadLength: tcpLength + s.payload.count)
+        h.identification = identification
+        h.timeToLive = configuration.timeToLive
+        h.dontFragment = true
+        var packet: [UInt8] = []
+        packet.reserveCapacity(h.totalLength)
+        h.emit(into: &packet)
+        s.header.emit(into: &packet, source: local, destination: remote, payload: s.payload)
+        packet += s.payload
+        outgoing.append(packet)
+        counterBase.ipSent += 1
     }
 
     // See `TCPConnection.takeSegments`: handed over whole, nothing allocated when empty.
@@ -627,8 +655,7 @@ extension IPStack {
             let local = connections.values[i].local.address, remote = connections.values[i].remote.address
             for s in segments {
                 if s.header.flags.contains(.rst) { counterBase.tcpResetsSent += 1 }
-                let bytes = s.header.emit(source: local, destination: remote, payload: s.payload) + s.payload
-                send(protocol: IPProtocol.tcp, to: remote, payload: bytes)
+                sendTCP(s, from: local, to: remote)
             }
             for e in connEvents {
                 if let port = pendingAccept[id] {

@@ -97,23 +97,34 @@ public struct IPv4Header: Sendable, Equatable {
     /// Callers that build packets keep them within these bounds; this only keeps a mistake
     /// from killing the process.
     public func emit() -> [UInt8] {
-        var opts = Array(options.prefix(40))
-        while opts.count % 4 != 0 { opts.append(0) }
-        let length = 20 + opts.count
-        var h = [UInt8](repeating: 0, count: length)
-        h[0] = 0x40 | UInt8(truncatingIfNeeded: length / 4)
-        h[1] = typeOfService
-        BigEndian.put(UInt16(clamping: length + max(payloadLength, 0)), into: &h, at: 2)
-        BigEndian.put(identification, into: &h, at: 4)
-        let offsetUnits = UInt16(min(max(fragmentOffset, 0) / 8, 0x1FFF))
-        let ff = (dontFragment ? 0x4000 : 0) | (moreFragments ? 0x2000 : 0) | offsetUnits
-        BigEndian.put(ff, into: &h, at: 6)
-        h[8] = timeToLive
-        h[9] = self.protocol
-        h.replaceSubrange(12..<16, with: source.bytes)
-        h.replaceSubrange(16..<20, with: destination.bytes)
-        h.replaceSubrange(20..<length, with: opts)
-        BigEndian.put(InternetChecksum.checksum(h), into: &h, at: 10)
+        var h: [UInt8] = []
+        h.reserveCapacity(60)
+        emit(into: &h)
         return h
+    }
+
+    /// Appends the header bytes (as `emit` returns them) to `b`, so a packet is built in one
+    /// buffer: the header, then its payload.
+    public func emit(into b: inout [UInt8]) {
+        let start = b.count
+        let optionCount = min(options.count, 40)
+        let length = 20 + (optionCount + 3) / 4 * 4
+        b.append(0x40 | UInt8(truncatingIfNeeded: length / 4))
+        b.append(typeOfService)
+        BigEndian.append(UInt16(clamping: length + max(payloadLength, 0)), to: &b)
+        BigEndian.append(identification, to: &b)
+        let offsetUnits = UInt16(min(max(fragmentOffset, 0) / 8, 0x1FFF))
+        BigEndian.append((dontFragment ? 0x4000 : 0) | (moreFragments ? 0x2000 : 0) | offsetUnits, to: &b)
+        b.append(timeToLive)
+        b.append(self.protocol)
+        b.append(0)
+        b.append(0)
+        BigEndian.append(source.value, to: &b)
+        BigEndian.append(destination.value, to: &b)
+        b.append(contentsOf: options.prefix(optionCount))
+        while b.count - start < length { b.append(0) }
+        let c = InternetChecksum.checksum(b[start..<(start + length)])
+        b[start + 10] = UInt8(c >> 8)
+        b[start + 11] = UInt8(c & 0xFF)
     }
 }

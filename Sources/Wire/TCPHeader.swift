@@ -33,6 +33,53 @@ public enum TCPOption: Sendable, Equatable {
         }
     }
 
+    /// How many bytes `append` writes.
+    var length: Int {
+        switch self {
+        case .noOperation: return 1
+        case .maximumSegmentSize: return 4
+        case .windowScale: return 3
+        case .sackPermitted: return 2
+        case let .sack(blocks): return 2 + 8 * blocks.count
+        case .timestamps: return 10
+        case let .other(_, data): return 2 + min(data.count, 253)
+        }
+    }
+
+    /// Appends what `bytes` holds to `b`, without building it.
+    func append(to b: inout [UInt8]) {
+        switch self {
+        case .noOperation: b.append(1)
+        case let .maximumSegmentSize(m):
+            b.append(2)
+            b.append(4)
+            BigEndian.append(m, to: &b)
+        case let .windowScale(s):
+            b.append(3)
+            b.append(3)
+            b.append(s)
+        case .sackPermitted:
+            b.append(4)
+            b.append(2)
+        case let .sack(blocks):
+            b.append(5)
+            b.append(UInt8(clamping: 2 + 8 * blocks.count))
+            for (left, right) in blocks {
+                BigEndian.append(left, to: &b)
+                BigEndian.append(right, to: &b)
+            }
+        case let .timestamps(v, e):
+            b.append(8)
+            b.append(10)
+            BigEndian.append(v, to: &b)
+            BigEndian.append(e, to: &b)
+        case let .other(kind, data):
+            b.append(kind)
+            b.append(UInt8(clamping: 2 + data.count))
+            b.append(contentsOf: data.prefix(253))
+        }
+    }
+
     var bytes: [UInt8] {
         switch self {
         case .noOperation: return [1]
@@ -134,22 +181,41 @@ public struct TCPHeader: Sendable, Equatable {
 
     /// The header bytes with the checksum over the pseudo-header, header and `payload`.
     public func emit(source: IPv4Address, destination: IPv4Address, payload: [UInt8]) -> [UInt8] {
-        var optionBytes = options.flatMap(\.bytes)
-        while optionBytes.count % 4 != 0 { optionBytes.append(0) }
-        let length = 20 + optionBytes.count
-        var h = [UInt8](repeating: 0, count: 20)
-        BigEndian.put(sourcePort, into: &h, at: 0)
-        BigEndian.put(destinationPort, into: &h, at: 2)
-        BigEndian.put(sequenceNumber, into: &h, at: 4)
-        BigEndian.put(acknowledgmentNumber, into: &h, at: 8)
-        h[12] = UInt8(length / 4) << 4
-        h[13] = flags.rawValue
-        BigEndian.put(window, into: &h, at: 14)
-        BigEndian.put(urgentPointer, into: &h, at: 18)
-        h += optionBytes
-        let pseudo = InternetChecksum.pseudoHeaderSum(source: source, destination: destination, protocol: IPProtocol.tcp, length: length + payload.count)
-        let c = InternetChecksum.finish(InternetChecksum.sum(payload, into: InternetChecksum.sum(h, into: pseudo)))
-        BigEndian.put(c, into: &h, at: 16)
+        var h: [UInt8] = []
+        h.reserveCapacity(60)
+        emit(into: &h, source: source, destination: destination, payload: payload)
         return h
     }
+
+    /// The length `emit` writes: 20 and the options, padded to 4 bytes.
+    public var emittedLength: Int {
+        var n = 20
+        for o in options { n += o.length }
+        return (n + 3) / 4 * 4
+    }
+
+    /// Appends the header bytes (as `emit` returns them, its checksum over `payload` too) to
+    /// `b`: the options are written in place, with no array for each.
+    public func emit(into b: inout [UInt8], source: IPv4Address, destination: IPv4Address, payload: [UInt8]) {
+        let start = b.count
+        BigEndian.append(sourcePort, to: &b)
+        BigEndian.append(destinationPort, to: &b)
+        BigEndian.append(sequenceNumber, to: &b)
+        BigEndian.append(acknowledgmentNumber, to: &b)
+        b.append(0)
+        b.append(flags.rawValue)
+        BigEndian.append(window, to: &b)
+        b.append(0)
+        b.append(0)
+        BigEndian.append(urgentPointer, to: &b)
+        for o in options { o.append(to: &b) }
+        while (b.count - start) % 4 != 0 { b.append(0) }
+        let length = b.count - start
+        b[start + 12] = UInt8(truncatingIfNeeded: length / 4) << 4
+        let pseudo = InternetChecksum.pseudoHeaderSum(source: source, destination: destination, protocol: IPProtocol.tcp, length: length + payload.count)
+        let c = InternetChecksum.finish(InternetChecksum.sum(payload, into: InternetChecksum.sum(b[start..<(start + length)], into: pseudo)))
+        b[start + 16] = UInt8(c >> 8)
+        b[start + 17] = UInt8(c & 0xFF)
+    }
+
 }
