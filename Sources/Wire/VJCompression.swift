@@ -95,13 +95,18 @@ public struct VJCompressor: Sendable {
             plain += 1
             return (0x0021, packet)
         }
-        let saved = slots
-        let same: (Int) -> Bool = { slot in
-            guard let h = saved[slot] else { return false }
+        // The connection's slot, looked up in place (a copy of the slots held here would make
+        // the store below copy all of them).
+        var found: Int?
+        for candidate in recency {
+            guard let h = slots[candidate] else { continue }
             let ht = Int(h[0] & 0x0F) * 4
-            return h[12..<20] == packet[12..<20] && h[ht..<(ht + 4)] == packet[tcp..<(tcp + 4)]
+            if h[12..<20] == packet[12..<20] && h[ht..<(ht + 4)] == packet[tcp..<(tcp + 4)] {
+                found = candidate
+                break
+            }
         }
-        guard let slot = recency.first(where: same) else {
+        guard let slot = found else {
             return sendUncompressed(packet, layout: layout, slot: recency.last!)
         }
         touch(slot)
@@ -120,9 +125,17 @@ public struct VJCompressor: Sendable {
         }
         let ot = oldLayout.ipLength
         var changes: UInt8 = 0
-        var deltas: [UInt8] = []
+        // The compressed header is built in the buffer that carries it: the change mask (filled
+        // in at the end), the slot when it is said, the TCP checksum, the deltas, then the data.
+        let saysSlot = !parameters.compressSlotID || lastSlot != slot
+        var out: [UInt8] = []
+        out.reserveCapacity(4 + 15 + packet.count - layout.total)
+        out.append(0)
+        if saysSlot { out.append(UInt8(slot)) }
+        out += packet[(tcp + 16)..<(tcp + 18)]
+        let deltasStart = out.count
         if flags & 0x20 != 0 {
-            appendDelta(BigEndian.uint16(packet, tcp + 18), to: &deltas)
+            appendDelta(BigEndian.uint16(packet, tcp + 18), to: &out)
             changes |= VJBits.urgent
         } else if BigEndian.uint16(packet, tcp + 18) != BigEndian.uint16(old, ot + 18) || old[ot + 13] & 0x20 != 0 {
             // URG clears only through the explicit encoding, and the special codes (SPECIAL_I,
@@ -132,19 +145,19 @@ public struct VJCompressor: Sendable {
         }
         let window = BigEndian.uint16(packet, tcp + 14) &- BigEndian.uint16(old, ot + 14)
         if window != 0 {
-            appendDelta(window, to: &deltas)
+            appendDelta(window, to: &out)
             changes |= VJBits.window
         }
         let ack = BigEndian.uint32(packet, tcp + 8) &- BigEndian.uint32(old, ot + 8)
         if ack != 0 {
             guard ack <= 0xFFFF else { return sendUncompressed(packet, layout: layout, slot: slot) }
-            appendDelta(UInt16(ack), to: &deltas)
+            appendDelta(UInt16(ack), to: &out)
             changes |= VJBits.ack
         }
         let seq = BigEndian.uint32(packet, tcp + 4) &- BigEndian.uint32(old, ot + 4)
         if seq != 0 {
             guard seq <= 0xFFFF else { return sendUncompressed(packet, layout: layout, slot: slot) }
-            appendDelta(UInt16(seq), to: &deltas)
+            appendDelta(UInt16(seq), to: &out)
             changes |= VJBits.sequence
         }
         let oldTotal = Int(BigEndian.uint16(old, 2))
@@ -161,30 +174,26 @@ public struct VJCompressor: Sendable {
             return sendUncompressed(packet, layout: layout, slot: slot)
         case VJBits.sequence | VJBits.ack where seq == ack && seq == lastData:
             changes = VJBits.specialI
-            deltas = []
+            out.removeSubrange(deltasStart...)
         case VJBits.sequence where seq == lastData:
             changes = VJBits.specialD
-            deltas = []
+            out.removeSubrange(deltasStart...)
         default:
             break
         }
         let id = BigEndian.uint16(packet, 4) &- BigEndian.uint16(old, 4)
         if id != 1 {
-            appendDelta(id, to: &deltas)
+            appendDelta(id, to: &out)
             changes |= VJBits.ipID
         }
         if flags & 0x08 != 0 { changes |= VJBits.push }
         slots[slot] = Array(packet[0..<layout.total])
-        var out: [UInt8] = []
-        out.reserveCapacity(4 + deltas.count + packet.count - layout.total)
-        if !parameters.compressSlotID || lastSlot != slot {
-            out += [changes | VJBits.connection, UInt8(slot)]
+        if saysSlot {
+            out[0] = changes | VJBits.connection
             lastSlot = slot
         } else {
-            out.append(changes)
+            out[0] = changes
         }
-        out += packet[(tcp + 16)..<(tcp + 18)]
-        out += deltas
         out += packet[layout.total...]
         compressed += 1
         return (0x002D, out)
@@ -274,39 +283,29 @@ public struct VJDecompressor: Sendable {
             tossed += 1
             return nil
         }
-        guard var h = slots[lastSlot], let layout = HeaderLayout(h) else { return fail() }
+        // Everything is read and checked before the saved header changes: a packet that fails
+        // leaves the slot as it was (the one after an explicit connection goes on from it).
+        guard let saved = slots[lastSlot], let layout = HeaderLayout(saved) else { return fail() }
         let tcp = layout.ipLength
         guard let c0 = byte(), let c1 = byte() else { return fail() }
-        h[tcp + 16] = c0
-        h[tcp + 17] = c1
-        if changes & VJBits.push != 0 { h[tcp + 13] |= 0x08 } else { h[tcp + 13] &= ~0x08 }
-        let lastData = Int(BigEndian.uint16(h, 2)) - layout.total
-        func add32(_ at: Int, _ d: UInt32) { BigEndian.put(BigEndian.uint32(h, at) &+ d, into: &h, at: at) }
-        switch changes & VJBits.specialsMask {
-        case VJBits.specialI:
-            add32(tcp + 8, UInt32(lastData))
-            add32(tcp + 4, UInt32(lastData))
-        case VJBits.specialD:
-            add32(tcp + 4, UInt32(lastData))
-        default:
+        var urgent: UInt16?, window: UInt16 = 0, ack: UInt16 = 0, sequence: UInt16 = 0
+        let special = changes & VJBits.specialsMask
+        if special != VJBits.specialI && special != VJBits.specialD {
             if changes & VJBits.urgent != 0 {
                 guard let u = delta() else { return fail() }
-                h[tcp + 13] |= 0x20
-                BigEndian.put(u, into: &h, at: tcp + 18)
-            } else {
-                h[tcp + 13] &= ~0x20
+                urgent = u
             }
             if changes & VJBits.window != 0 {
                 guard let w = delta() else { return fail() }
-                BigEndian.put(BigEndian.uint16(h, tcp + 14) &+ w, into: &h, at: tcp + 14)
+                window = w
             }
             if changes & VJBits.ack != 0 {
                 guard let a = delta() else { return fail() }
-                add32(tcp + 8, UInt32(a))
+                ack = a
             }
             if changes & VJBits.sequence != 0 {
-                guard let s = delta() else { return fail() }
-                add32(tcp + 4, UInt32(s))
+                guard let d = delta() else { return fail() }
+                sequence = d
             }
         }
         var idDelta: UInt16 = 1
@@ -314,13 +313,43 @@ public struct VJDecompressor: Sendable {
             guard let d = delta() else { return fail() }
             idDelta = d
         }
-        BigEndian.put(BigEndian.uint16(h, 4) &+ idDelta, into: &h, at: 4)
         let total = layout.total + (bytes.count - i)
         guard total <= 65535 else { return fail() }
+        // Taken out of its slot while it changes, so the change happens in place (a copy
+        // shared with the slot would be copied again on the first write).
+        var h = saved
+        slots[lastSlot] = nil
+        h[tcp + 16] = c0
+        h[tcp + 17] = c1
+        if changes & VJBits.push != 0 { h[tcp + 13] |= 0x08 } else { h[tcp + 13] &= ~0x08 }
+        let lastData = Int(BigEndian.uint16(h, 2)) - layout.total
+        func add32(_ at: Int, _ d: UInt32) { BigEndian.put(BigEndian.uint32(h, at) &+ d, into: &h, at: at) }
+        switch special {
+        case VJBits.specialI:
+            add32(tcp + 8, UInt32(truncatingIfNeeded: lastData))
+            add32(tcp + 4, UInt32(truncatingIfNeeded: lastData))
+        case VJBits.specialD:
+            add32(tcp + 4, UInt32(truncatingIfNeeded: lastData))
+        default:
+            if let urgent {
+                h[tcp + 13] |= 0x20
+                BigEndian.put(urgent, into: &h, at: tcp + 18)
+            } else {
+                h[tcp + 13] &= ~0x20
+            }
+            if changes & VJBits.window != 0 { BigEndian.put(BigEndian.uint16(h, tcp + 14) &+ window, into: &h, at: tcp + 14) }
+            if changes & VJBits.ack != 0 { add32(tcp + 8, UInt32(ack)) }
+            if changes & VJBits.sequence != 0 { add32(tcp + 4, UInt32(sequence)) }
+        }
+        BigEndian.put(BigEndian.uint16(h, 4) &+ idDelta, into: &h, at: 4)
         BigEndian.put(UInt16(total), into: &h, at: 2)
         setIPChecksum(&h, ipLength: layout.ipLength)
+        var packet: [UInt8] = []
+        packet.reserveCapacity(total)
+        packet += h
+        packet += bytes[i...]
         slots[lastSlot] = h
         compressedIn += 1
-        return h + bytes[i...]
+        return packet
     }
 }
