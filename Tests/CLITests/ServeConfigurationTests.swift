@@ -59,6 +59,20 @@ import Testing
         #expect(e.messages == [#"/etc/t/t1.conf:2: --mru takes a non-negative number, not '\x1B[2J'"#])
     }
 
+    /// A FIFO named by a file option would hold the loop in open(2) or read(2): refused unread.
+    @Test func fileOptionsTakeOnlyRegularFiles() {
+        let fifo = NSTemporaryDirectory() + "pppbridge-fifo-\(UUID().uuidString.prefix(8))"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        defer { unlink(fifo) }
+        for option in ["password-file", "peer-file", "socks-user-file", "pcap", "record"] {
+            guard case let .failure(e) = parse("device /dev/ttyS0\nuser u\n\(option) \(fifo)\n") else {
+                Issue.record("\(option) took a FIFO")
+                continue
+            }
+            #expect(e.messages.first == "/etc/t/t1.conf:3: \(option): \(fifo) is not a regular file", "\(e.messages)")
+        }
+    }
+
     @Test func namesAreFileNamesEndingInConf() {
         #expect(TerminalFile.terminalName(fileName: "lane-1.conf") == "lane-1")
         #expect(TerminalFile.terminalName(fileName: "Desk_5000.v2.conf") == "Desk_5000.v2")

@@ -158,6 +158,19 @@ import Testing
         try metrics.output.write(toFile: metricsFile, atomically: true, encoding: .utf8)
         let check = try await runCommand("/bin/sh", ["-c", "promtool check metrics < '\(metricsFile)'"], timeout: 30)
         #expect(check.status == 0 && check.output.isEmpty, "promtool: \(check.output)")
+        // A request that never ends its header is answered and let go at 8 KiB; only GET is served.
+        for (request, status) in [(String(repeating: "X", count: 9000), "431"), ("POST /metrics HTTP/1.0\r\n\r\n", "405"),
+                                  ("GET /other HTTP/1.0\r\n\r\n", "404")] {
+            guard case let .success(fd) = Host.connect(TCPEndpoint(IPv4Address(127, 0, 0, 1), metricsPort), timeout: 5) else {
+                Issue.record("metrics refused a connection")
+                continue
+            }
+            defer { close(fd) }
+            Host.setTimeout(fd, seconds: 10)
+            _ = Host.sendAll(fd, Array(request.utf8))
+            let answer = String(decoding: Host.readAll(fd).bytes, as: UTF8.self)
+            #expect(answer.hasPrefix("HTTP/1.1 \(status) "), "\(request.prefix(20)): \(answer.prefix(80))")
+        }
 
         // Events: a terminal's process killed is a line hang-up within the echo timeout; started
         // again on the same path it opens again, serve untouched.
