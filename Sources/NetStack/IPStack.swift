@@ -53,6 +53,12 @@ public struct IPStackConfiguration: Sendable, Equatable {
     public var listenBacklog = 128
     /// Datagrams queued per UDP port before new ones are dropped.
     public var udpQueueLimit = 64
+    /// An ACK that falls due while a segment comes in waits until the output is collected
+    /// (`takeOutgoing`, `poll`): one ACK then answers every segment that came in meanwhile,
+    /// after the applications have read them, with the window they reopened, and a reply
+    /// written meanwhile carries it. Linux does as much with GRO and its deferred ACK check.
+    /// For a caller that collects after each batch of packets it feeds (the channel does).
+    public var acknowledgeAtCollection = false
 
     public init(address: IPv4Address) { self.address = address }
 }
@@ -420,7 +426,7 @@ public struct IPStack: Sendable {
 
     // See `TCPConnection.takeSegments`: handed over whole, nothing allocated when empty.
     public mutating func takeOutgoing() -> [[UInt8]] {
-        collectSegments()
+        collectSegments(releasingAcks: true)
         guard !outgoing.isEmpty else { return [] }
         defer { outgoing = [] }
         return outgoing
@@ -454,7 +460,7 @@ public struct IPStack: Sendable {
             if let p = connections.values[i].pollAt, p <= now { connections.values[i].poll(now: now) }
             connections.values.formIndex(after: &i)
         }
-        collectSegments()
+        collectSegments(releasingAcks: true)
     }
 }
 
@@ -596,6 +602,7 @@ extension IPStack {
         let remote = TCPEndpoint(ip.source, h.sourcePort)
         if h.flags.contains(.rst) { counterBase.tcpResetsReceived += 1 }
         if let id = demux[FourTuple(localPort: h.destinationPort, remote: remote)] {
+            if configuration.acknowledgeAtCollection { connections[id]!.holdAcks(now: now) }
             connections[id]!.receive(h, payload: payload, now: now)
             return
         }
@@ -641,13 +648,15 @@ extension IPStack {
     }
 
     /// Moves every connection's segments and events out, and forgets finished connections.
-    private mutating func collectSegments() {
+    /// `releasingAcks`: ACKs held while segments came in go now (the caller takes the output).
+    private mutating func collectSegments(releasingAcks: Bool = false) {
         var finished: [ConnectionID] = []
         // Through the dictionary's indices in place: no copy of the keys or of a connection,
         // and no lookups (nothing here adds or removes a connection until the loop is over).
         var i = connections.values.startIndex
         while i != connections.values.endIndex {
             defer { connections.values.formIndex(after: &i) }
+            if releasingAcks { connections.values[i].releaseHeldAck() }
             let segments = connections.values[i].takeSegments()
             let connEvents = connections.values[i].takeEvents()
             if segments.isEmpty && connEvents.isEmpty && connections.values[i].state != .closed { continue }

@@ -165,6 +165,59 @@ enum Peer {
         #expect(a.counters.tcp.retransmittedSegments == 0)
     }
 
+    @Test func acknowledgedAtCollectionOneACKAnswersABatchWithTheWindowReopened() throws {
+        var c = IPStackConfiguration(address: Peer.us)
+        c.acknowledgeAtCollection = true
+        c.tcp.windowScaling = false
+        c.tcp.timestamps = false
+        c.tcp.receiveBufferSize = 60000
+        var s = IPStack(configuration: c, seed: 42)
+        try s.listen(port: 80)
+        var syn = TCPHeader(sourcePort: 4000, destinationPort: 80, sequenceNumber: 1000, flags: [.syn], window: 65535)
+        syn.options = [.maximumSegmentSize(1460)]
+        s.receive(packet: Peer.tcp(syn), now: .zero)
+        let synAck = Peer.tcpHeader(s.takeOutgoing()[0])
+        var seg = TCPHeader(sourcePort: 4000, destinationPort: 80, sequenceNumber: 1001, flags: [.ack], window: 65535)
+        seg.acknowledgmentNumber = synAck.sequenceNumber &+ 1
+        s.receive(packet: Peer.tcp(seg), now: .zero)
+        let accepted = s.accept(port: 80)
+        let id = try #require(accepted)
+        // Five full segments in one batch, each read by the application as it comes.
+        var read: [UInt8] = []
+        for i in 0..<5 {
+            seg.sequenceNumber = 1001 &+ UInt32(i * 1460)
+            s.receive(packet: Peer.tcp(seg, bytes(1460, from: i * 1460)), now: .zero)
+            _ = s.takeEvents()
+            read += s.read(id, now: .zero)
+        }
+        #expect(read == bytes(5 * 1460))
+        let acks = s.takeOutgoing().map(Peer.tcpHeader)
+        #expect(acks.count == 1, "one ACK for the batch, not one per two segments and window updates")
+        let expectedAck: UInt32 = 1001 + 5 * 1460
+        #expect(acks.first?.acknowledgmentNumber == expectedAck)
+        let reopened: UInt16 = 60000
+        #expect(acks.first?.window == reopened, "the window the reads reopened")
+        // Without it, the same batch is answered as it comes in.
+        var plain = IPStackConfiguration(address: Peer.us)
+        plain.tcp = c.tcp
+        var p = IPStack(configuration: plain, seed: 42)
+        try p.listen(port: 80)
+        p.receive(packet: Peer.tcp(syn), now: .zero)
+        let synAck2 = Peer.tcpHeader(p.takeOutgoing()[0])
+        var seg2 = TCPHeader(sourcePort: 4000, destinationPort: 80, sequenceNumber: 1001, flags: [.ack], window: 65535)
+        seg2.acknowledgmentNumber = synAck2.sequenceNumber &+ 1
+        p.receive(packet: Peer.tcp(seg2), now: .zero)
+        let accepted2 = p.accept(port: 80)
+        let id2 = try #require(accepted2)
+        for i in 0..<5 {
+            seg2.sequenceNumber = 1001 &+ UInt32(i * 1460)
+            p.receive(packet: Peer.tcp(seg2, bytes(1460, from: i * 1460)), now: .zero)
+            _ = p.takeEvents()
+            _ = p.read(id2, now: .zero)
+        }
+        #expect(p.takeOutgoing().count > 1)
+    }
+
     @Test func outOfOrderFloodStaysWithinTheReceiveBuffer() throws {
         var s = stack()
         try s.listen(port: 80)

@@ -199,6 +199,50 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         #expect(s.conn.read(now: s.now) == bytes(100) + bytes(1460) + bytes(1460))
     }
 
+    @Test func aShortTailIsNotASecondFullSizedSegment() {
+        // A peer writing 2 KiB at a time under Nagle: 1460, then the 588-byte tail. Counted
+        // as two segments, the tail was acknowledged at once, which let Linux's Nagle send the
+        // next tail at once too; counted in bytes against the largest segment, it waits.
+        var s = TCPScript()
+        s.deliver([.ack], ack: s.iss &+ 1, payload: bytes(1460))
+        s.deliver([.ack, .psh], ack: s.iss &+ 1, payload: bytes(588))
+        #expect(s.take().isEmpty, "2048 bytes are less than two full-sized segments")
+        s.deliver([.ack], ack: s.iss &+ 1, payload: bytes(1460))
+        let all: UInt32 = 5001 + 1460 + 588 + 1460
+        #expect(s.take().map(\.header.acknowledgmentNumber) == [all])
+        // A peer whose segments are all small is acknowledged every second one, as before.
+        var small = TCPScript()
+        small.deliver([.ack], ack: small.iss &+ 1, payload: bytes(200))
+        #expect(small.take().isEmpty)
+        small.deliver([.ack], ack: small.iss &+ 1, payload: bytes(200))
+        let both: UInt32 = 5001 + 400
+        #expect(small.take().map(\.header.acknowledgmentNumber) == [both])
+    }
+
+    @Test func aPeerSendingIntoTheRoundedUpWindowCannotGrowTheBuffer() {
+        // Window scaling rounds the advertised window up so its edge never moves left (RFC 7323
+        // §2.4): up to 2^shift - 1 bytes beyond the free space, again after each ACK. A peer
+        // that sends into that margin over and over, to an application that never reads, still
+        // finds the buffer bounded.
+        var c = TCPConfiguration.scripted
+        c.windowScaling = true
+        c.receiveBufferSize = 1 << 20
+        var s = TCPScript(configuration: c, synOptions: [.maximumSegmentSize(1460), .windowScale(3)])
+        #expect(s.conn.receiveShift == 5)
+        var sent = 0
+        for _ in 0..<4000 {
+            let edge = s.conn.advertisedEdge
+            let room = edge - s.peerNext
+            let length = room > 0 ? min(room, 1460 - (sent % 7)) : 31
+            s.deliver([.ack], ack: s.iss &+ 1, payload: bytes(length))
+            sent += length
+            s.advance(by: .milliseconds(40))
+            _ = s.take()
+        }
+        #expect(s.conn.readableBytes <= c.receiveBufferSize)
+        #expect(s.conn.readableBytes > c.receiveBufferSize - 1460)
+    }
+
     @Test func outOfOrderHeldAcknowledgedAndReassembled() {
         var c = TCPConfiguration.scripted
         c.selectiveAcknowledgments = true

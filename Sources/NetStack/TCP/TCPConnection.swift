@@ -107,7 +107,12 @@ public struct TCPConnection: Sendable {
     var persistBackoff = 0
     var unansweredProbes = 0
     var ackNow = false
-    var unacknowledgedSegments = 0
+    /// An ACK due now waits for the stack's collection (see `IPStackConfiguration.acknowledgeAtCollection`);
+    /// the instant it became due.
+    var ackHeldSince: Instant?
+    /// The largest segment text the peer has sent (Linux's rcv_mss): what "full-sized" means
+    /// for the delayed-ACK rule.
+    var largestSegmentReceived = 0
     var lastReceived: Instant
     var keepAliveProbesSent = 0
     var unacknowledgedSince: Instant?

@@ -145,8 +145,15 @@ extension TCPConnection {
                 start = receiveNext
             }
         }
-        if start + data.count > advertisedEdge {
-            data.removeLast((start + data.count) - advertisedEdge)
+        // Within the window we advertised, and within the buffer: a scaled window is rounded
+        // up so its right edge never moves left (RFC 7323 §2.4), which lets the edge pass the
+        // free space by up to 2^shift - 1 bytes an ACK while the application does not read. A
+        // peer sending into that margin again and again would grow the buffer without bound;
+        // the bytes beyond it are dropped here and come again once the application has read.
+        let capacityEdge = receiveNext + max(0, configuration.receiveBufferSize - receiveBuffer.count)
+        let edge = SequenceNumber.min(advertisedEdge, SequenceNumber.max(capacityEdge, receiveNext))
+        if start + data.count > edge {
+            data.removeLast(min(data.count, (start + data.count) - edge))
             fin = false
         }
         if !data.isEmpty || fin {
@@ -338,9 +345,15 @@ extension TCPConnection {
             } else if fillsHole || configuration.delayedAck == nil {
                 ackNow = true
             } else if !data.isEmpty {
-                unacknowledgedSegments += 1
-                // RFC 5681 §4.2: at least every second full-sized segment.
-                if unacknowledgedSegments >= 2 {
+                // RFC 5681 §4.2: at least every second full-sized segment, counted in bytes
+                // against the largest segment the peer has sent. Counting segments instead
+                // acknowledged each short tail at once, and Linux's Nagle (Minshall's variant)
+                // sends the next short segment as soon as the last one is acknowledged: a peer
+                // writing 2 KiB at a time then never filled a segment again, and its upload
+                // went as 1460 + 588 pairs, one frame per wakeup here.
+                // At most our MSS: a peer's oversized segment must not stretch our ACKs.
+                largestSegmentReceived = min(max(largestSegmentReceived, data.count), configuration.maximumSegmentSize)
+                if receiveNext - lastAckSent >= 2 * largestSegmentReceived {
                     ackNow = true
                 } else if timers[.delayedAck] == nil, let delay = configuration.delayedAck {
                     timers[.delayedAck] = now + delay

@@ -52,10 +52,22 @@ extension TCPConnection {
         if ackNow {
             if state == .synReceived {
                 sendSyn(now: now)
-            } else if state != .synSent && state != .closed {
+            } else if state != .synSent && state != .closed && ackHeldSince == nil {
                 emit(flags: [.ack], sequence: sendNext, payload: [], now: now)
             }
         }
+    }
+
+    /// From now until `releaseHeldAck`, a pure ACK waits (`IPStackConfiguration.acknowledgeAtCollection`).
+    mutating func holdAcks(now: Instant) {
+        if ackHeldSince == nil { ackHeldSince = now }
+    }
+
+    /// Sends the ACK that waited, if one is still due (a data segment may have carried it).
+    mutating func releaseHeldAck() {
+        guard let since = ackHeldSince else { return }
+        ackHeldSince = nil
+        if ackNow { output(now: since) }
     }
 
     mutating func normalOutput(now: Instant) {
@@ -173,7 +185,6 @@ extension TCPConnection {
             lastAckSent = receiveNext
             ackNow = false
             timers[.delayedAck] = nil
-            unacknowledgedSegments = 0
         }
         h.flags = flags
         var options: [TCPOption] = []
