@@ -76,6 +76,8 @@ final class RelayTable {
     weak var host: StackAttachment?
     private(set) var relays: [ConnectionID: Relay] = [:]
     private var dirty: Set<ConnectionID> = []
+    /// Relays holding bytes for their host socket until the batch's end (`flush`).
+    private var held: Set<ConnectionID> = []
     private var buffer = [UInt8](repeating: 0, count: 65536)
     /// Why the last relay that failed did: what a report shows beside the count.
     var lastFailure: String?
@@ -111,6 +113,10 @@ final class RelayTable {
                 dirty.insert(id)
             } else {
                 // A reset or timeout is passed on to the host as a reset; the stack may let go.
+                // What came before the reset, held for the batch's end, goes first.
+                if r.pendingToHost > 0 && r.hostConnected, let n = try? HostSocket.send(r.fd, r.toHost[r.toHostStart...]) {
+                    r.counters.value.bytesToHost += n
+                }
                 r.counters.value.failures += 1
                 lastFailure = "terminal side: \(reason.rawValue)"
                 host?.stack?.abort(id, now: nil)
@@ -126,10 +132,19 @@ final class RelayTable {
         for id in work { if let r = relays[id] { pump(r, now: now) } }
     }
 
+    /// The batch is in: what each relay held goes to its host socket, in one send.
+    func flush(now: Instant) {
+        guard !held.isEmpty else { return }
+        let work = held
+        held = []
+        for id in work { if let r = relays[id] { pump(r, now: now) } }
+    }
+
     /// The link is down: every host connection is reset, every descriptor closed.
     func closeAll() {
         for r in Array(relays.values) { remove(r, reset: true) }
         dirty = []
+        held = []
     }
 
     // MARK: Moving bytes
@@ -170,6 +185,19 @@ final class RelayTable {
         pump(r, now: now)
     }
 
+    /// Reads the stack's bytes into `toHost`, up to one buffer held.
+    private func collect(_ r: Relay, host: StackAttachment, now: Instant) {
+        if r.toHostStart > 0 {
+            r.toHost.removeFirst(r.toHostStart)
+            r.toHostStart = 0
+        }
+        while r.toHost.count < buffer.count {
+            let chunk = host.stack!.read(r.id, maximum: buffer.count - r.toHost.count, now: now)
+            if chunk.isEmpty { return }
+            if r.toHost.isEmpty { r.toHost = chunk } else { r.toHost += chunk }
+        }
+    }
+
     private func readHost(_ r: Relay, now: Instant) {
         guard let host, host.stack != nil else { return }
         while !r.hostEOF && r.stackEstablished {
@@ -204,6 +232,15 @@ final class RelayTable {
 
     private func pump(_ r: Relay, now: Instant) {
         guard let host, host.stack != nil, relays[r.id] != nil else { return }
+        if r.hostConnected && host.batching && !r.stackEOF && r.stackEstablished {
+            // Within a batch: take what the stack has (its window reopens, the ACK at the
+            // batch's end says so) and send it all at the end, in one send.
+            collect(r, host: host, now: now)
+            if r.pendingToHost > 0 {
+                held.insert(r.id)
+                return
+            }
+        }
         if r.hostConnected {
             while true {
                 if r.pendingToHost > 0 {

@@ -327,6 +327,8 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         relays.step(now: now)
     }
 
+    func flush(now: Instant) { relays.flush(now: now) }
+
     var pollAt: Instant? { negotiating.values.lazy.map { $0.deadline }.min() }
 
     /// Handshakes past their deadline end with a reset (nothing in SOCKS says "too slow").

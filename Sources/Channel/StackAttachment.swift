@@ -30,8 +30,11 @@ public protocol StackApplication: AnyObject {
     func acceptable(port: UInt16, now: Instant)
     func event(_ id: ConnectionID, _ event: TCPEvent, now: Instant)
     func datagram(port: UInt16, now: Instant)
-    /// After every batch of input: move what can be moved.
+    /// After every packet of input: move what can be moved.
     func step(now: Instant)
+    /// The batch of packets a line read brought is in: send what was held for it
+    /// (`StackAttachment.batching`).
+    func flush(now: Instant)
     var pollAt: Instant? { get }
     func poll(now: Instant)
     func report() -> [String]
@@ -42,6 +45,7 @@ extension StackApplication {
     public func datagram(port: UInt16, now: Instant) {}
     public var pollAt: Instant? { nil }
     public func poll(now: Instant) {}
+    public func flush(now: Instant) {}
     public func report() -> [String] { [] }
 }
 
@@ -169,6 +173,8 @@ public final class StackAttachment: NetworkAttachment {
         var c = IPStackConfiguration(address: result.localAddress)
         c.mtu = mtu
         c.tcp = tcp
+        // The line session collects the output after each batch a line read brings.
+        c.acknowledgeAtCollection = true
         if let maximumConnections { c.maximumConnections = maximumConnections }
         // VJ compresses only headers whose TCP options repeat; timestamps change in every
         // segment, so with VJ on the link we do not offer them (RFC 1144 predates them).
@@ -196,6 +202,7 @@ public final class StackAttachment: NetworkAttachment {
         output("stack: " + (stack!.counters.description))
         for a in applications { a.stop() }
         stack = nil
+        batching = false
         result = nil
         portOwners = [:]
         udpOwners = [:]
@@ -203,18 +210,32 @@ public final class StackAttachment: NetworkAttachment {
     }
 
     /// Feeds one packet to the stack and lets the applications act on it at once. Not once per
-    /// batch a line read brings: the ACKs the stack makes while receiving would then advertise
-    /// a window the application has not reopened yet (a window update follows for every batch),
-    /// data that came in the same read as a reset would be dropped with the connection, and a
-    /// burst of datagrams could pass a socket's queue before anyone reads it.
+    /// batch a line read brings: data that came in the same read as a reset would be dropped
+    /// with the connection, and a burst of datagrams could pass a socket's queue before anyone
+    /// reads it. The ACKs wait for `takeOutgoing` at the batch's end
+    /// (`IPStackConfiguration.acknowledgeAtCollection`), so they advertise what was read.
     public func receive(packet: [UInt8], now: Instant) {
+        batching = true
         stack?.receive(packet: packet, now: now)
         serve(now: now)
     }
 
     public func takeOutgoing(now: Instant) -> [[UInt8]] {
         serve(now: now)
+        endBatch(now: now)
         return stack?.takeOutgoing() ?? []
+    }
+
+    /// True from the first packet of a batch a line read brings until its output is taken:
+    /// applications may hold what they send to host sockets meanwhile, so that a batch of
+    /// segments for one connection leaves in one send (not one send per segment).
+    public private(set) var batching = false
+
+    private func endBatch(now: Instant) {
+        guard batching else { return }
+        batching = false
+        for a in applications { a.flush(now: now) }
+        serve(now: now)
     }
 
     public var pollAt: Instant? {
@@ -225,6 +246,7 @@ public final class StackAttachment: NetworkAttachment {
     }
 
     public func poll(now: Instant) {
+        endBatch(now: now)
         if let p = stack?.pollAt, p <= now { stack?.poll(now: now) }
         for a in applications { if let p = a.pollAt, p <= now { a.poll(now: now) } }
         pingTick(now: now)
