@@ -216,6 +216,17 @@ enum Peer {
             _ = p.read(id2, now: .zero)
         }
         #expect(p.takeOutgoing().count > 1)
+
+        // A hole in a held batch: every segment beyond it is answered at once by a duplicate
+        // ACK (three make the peer's fast retransmit, RFC 5681 §3.2), not one for the batch.
+        let base = 1001 + 5 * 1460
+        for i in [0, 2, 3, 4] {
+            seg.sequenceNumber = UInt32(base + i * 1460)
+            s.receive(packet: Peer.tcp(seg, bytes(1460)), now: .zero)
+        }
+        let duplicates = s.takeOutgoing().map(Peer.tcpHeader).map(\.acknowledgmentNumber)
+        let hole = UInt32(base + 1460)
+        #expect(duplicates == [hole, hole, hole])
     }
 
     @Test func outOfOrderFloodStaysWithinTheReceiveBuffer() throws {

@@ -230,6 +230,7 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         var s = TCPScript(configuration: c, synOptions: [.maximumSegmentSize(1460), .windowScale(3)])
         #expect(s.conn.receiveShift == 5)
         var sent = 0
+        var lastWindow: UInt16?
         for _ in 0..<4000 {
             let edge = s.conn.advertisedEdge
             let room = edge - s.peerNext
@@ -237,10 +238,11 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
             s.deliver([.ack], ack: s.iss &+ 1, payload: bytes(length))
             sent += length
             s.advance(by: .milliseconds(40))
-            _ = s.take()
+            if let w = s.take().last?.header.window { lastWindow = w }
         }
         #expect(s.conn.readableBytes <= c.receiveBufferSize)
         #expect(s.conn.readableBytes > c.receiveBufferSize - 1460)
+        #expect(lastWindow == 0, "a full buffer shows a zero window, so the peer probes it")
     }
 
     @Test func outOfOrderHeldAcknowledgedAndReassembled() {

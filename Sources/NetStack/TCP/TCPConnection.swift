@@ -110,6 +110,9 @@ public struct TCPConnection: Sendable {
     /// An ACK due now waits for the stack's collection (see `IPStackConfiguration.acknowledgeAtCollection`);
     /// the instant it became due.
     var ackHeldSince: Instant?
+    /// This ACK goes at once even while ACKs are held: a duplicate ACK for a hole, or the one
+    /// that fills it (each duplicate counts for the peer's fast retransmit, RFC 5681 §3.2).
+    var ackUnheld = false
     /// The largest segment text the peer has sent (Linux's rcv_mss): what "full-sized" means
     /// for the delayed-ACK rule.
     var largestSegmentReceived = 0

@@ -155,6 +155,8 @@ extension TCPConnection {
         if start + data.count > edge {
             data.removeLast(min(data.count, (start + data.count) - edge))
             fin = false
+            // Told at once where the window ends, so the peer probes it rather than retransmits.
+            ackNow = true
         }
         if !data.isEmpty || fin {
             if state.canReceiveData {
@@ -344,6 +346,7 @@ extension TCPConnection {
                 receiveFin(now: now)
             } else if fillsHole || configuration.delayedAck == nil {
                 ackNow = true
+                if fillsHole { ackUnheld = true }
             } else if !data.isEmpty {
                 // RFC 5681 §4.2: at least every second full-sized segment, counted in bytes
                 // against the largest segment the peer has sent. Counting segments instead
@@ -363,6 +366,7 @@ extension TCPConnection {
             counters.outOfOrderSegments += 1
             if !outOfOrder.insert(TCPReassembler.Segment(start: start, data: data, fin: fin)) { counters.outOfOrderDropped += 1 }
             ackNow = true
+            ackUnheld = true
         }
     }
 

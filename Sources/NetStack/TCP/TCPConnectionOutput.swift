@@ -52,7 +52,7 @@ extension TCPConnection {
         if ackNow {
             if state == .synReceived {
                 sendSyn(now: now)
-            } else if state != .synSent && state != .closed && ackHeldSince == nil {
+            } else if state != .synSent && state != .closed && (ackHeldSince == nil || ackUnheld) {
                 emit(flags: [.ack], sequence: sendNext, payload: [], now: now)
             }
         }
@@ -160,16 +160,25 @@ extension TCPConnection {
         if unacknowledgedSince == nil { unacknowledgedSince = now }
     }
 
-    /// The window field to advertise, never moving the right edge left; small openings wait
-    /// until they are worth a segment (receiver silly-window avoidance).
+    /// The window field to advertise, never moving the right edge left by more than the
+    /// scale's rounding; small openings wait until they are worth a segment (receiver
+    /// silly-window avoidance).
     mutating func windowField() -> UInt16 {
         let current = max(0, advertisedEdge - receiveNext)
-        var window = max(0, configuration.receiveBufferSize - receiveBuffer.count)
+        let free = max(0, configuration.receiveBufferSize - receiveBuffer.count)
+        var window = free
         if window < current || window - current < min(configuration.receiveBufferSize / 2, effectiveSendMSS) {
             window = current
         }
         var field = min(window >> Int(receiveShift), 65535)
-        if (field << Int(receiveShift)) < current { field = min(field + 1, 65535) }
+        // Rounded up so the right edge does not move left (RFC 7323 §2.4), but only within the
+        // free space. Beyond it the edge would creep past the buffer by up to 2^shift - 1 bytes
+        // an ACK while the application does not read, and a full buffer would never show a
+        // zero window; rounded down, the edge moves left by less than one unit of the scale,
+        // which §2.4 tells senders to expect.
+        if (field << Int(receiveShift)) < current && ((field + 1) << Int(receiveShift)) <= free {
+            field = min(field + 1, 65535)
+        }
         let edge = receiveNext + (field << Int(receiveShift))
         if advertisedEdge < edge { advertisedEdge = edge }
         return UInt16(field)
@@ -184,6 +193,7 @@ extension TCPConnection {
             h.window = windowField()
             lastAckSent = receiveNext
             ackNow = false
+            ackUnheld = false
             timers[.delayedAck] = nil
         }
         h.flags = flags
