@@ -246,6 +246,7 @@ func bridge(_ o: BridgeOptions) async {
     close(up)
     let oursUp = Double(count) / seconds(clock.now - start)
     let upCost = await hostCost() - costBefore
+    let upPhase = (monotonicSeconds(start), monotonicSeconds(clock.now))
     let upSegments = segmentsPerTransfer
 
     // terminal → host: the terminal writes N MiB through the bridge to the host's sink.
@@ -255,6 +256,7 @@ func bridge(_ o: BridgeOptions) async {
     let r = await terminal.transfer(to: TCPEndpoint(addresses.ip, sinkPort), payload: data)
     let oursDown = Double(count) / seconds(clock.now - start)
     let downCost = await hostCost() - costBefore
+    let downPhase = (monotonicSeconds(start), monotonicSeconds(clock.now))
     let downSegments = segmentsPerTransfer
     close(listener)
     guard r.succeeded, received() == count else { fail("terminal→host transfer: \(r.outcome), \(received()) of \(count) bytes") }
@@ -280,9 +282,20 @@ func bridge(_ o: BridgeOptions) async {
     print(String(format: "host side per MB: host→terminal %.2f ms CPU, %.0f allocations (%.2f per 1460-byte segment); terminal→host %.2f ms CPU, %.0f allocations (%.2f per segment)",
                  msPerMB(upCost.cpu, count), Double(upCost.allocations) / mb, perSegment(upCost, upSegments),
                  msPerMB(downCost.cpu, count), Double(downCost.allocations) / mb, perSegment(downCost, downSegments)))
+    // CLOCK_MONOTONIC, as `perf record -k CLOCK_MONOTONIC` stamps samples: `perf report --time A,B`
+    // then shows one direction alone.
+    print(String(format: "phases (CLOCK_MONOTONIC s): host→terminal %.6f,%.6f terminal→host %.6f,%.6f", upPhase.0, upPhase.1, downPhase.0, downPhase.1))
     print(String(format: "RESULT bridge up_ratio=%.3f down_ratio=%.3f rtt_ratio=%.2f up_cpu_ms_per_mb=%.2f down_cpu_ms_per_mb=%.2f raw_cpu_ms_per_mb=%.2f up_allocs_per_segment=%.2f down_allocs_per_segment=%.2f",
                  oursUp / rawUp, oursDown / rawDown, oursRTT / rawRTT, msPerMB(upCost.cpu, count), msPerMB(downCost.cpu, count),
                  msPerMB(rawUpCopy.writer, count), perSegment(upCost, upSegments), perSegment(downCost, downSegments)))
+}
+
+/// A ContinuousClock instant as CLOCK_MONOTONIC seconds (the clock it reads on Linux).
+func monotonicSeconds(_ instant: ContinuousClock.Instant) -> Double {
+    let offset = ContinuousClock.now - instant
+    var t = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return Double(t.tv_sec) + Double(t.tv_nsec) / 1e9 - seconds(offset)
 }
 
 func parseBridge(_ args: ArraySlice<String>) -> BridgeOptions {
