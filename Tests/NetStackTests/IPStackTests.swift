@@ -165,9 +165,11 @@ enum Peer {
         #expect(a.counters.tcp.retransmittedSegments == 0)
     }
 
-    @Test func acknowledgedAtCollectionOneACKAnswersABatchWithTheWindowReopened() throws {
+    /// A stack with `acknowledgeAtCollection` as given, and a connection on port 80 that a peer
+    /// at port 4000 opened (sequence 1001 onwards), accepted; and the peer's next segment.
+    func acceptedConnection(acknowledgeAtCollection: Bool) throws -> (IPStack, ConnectionID, TCPHeader) {
         var c = IPStackConfiguration(address: Peer.us)
-        c.acknowledgeAtCollection = true
+        c.acknowledgeAtCollection = acknowledgeAtCollection
         c.tcp.windowScaling = false
         c.tcp.timestamps = false
         c.tcp.receiveBufferSize = 60000
@@ -181,7 +183,11 @@ enum Peer {
         seg.acknowledgmentNumber = synAck.sequenceNumber &+ 1
         s.receive(packet: Peer.tcp(seg), now: .zero)
         let accepted = s.accept(port: 80)
-        let id = try #require(accepted)
+        return (s, try #require(accepted), seg)
+    }
+
+    @Test func acknowledgedAtCollectionOneACKAnswersABatchWithTheWindowReopened() throws {
+        var (s, id, seg) = try acceptedConnection(acknowledgeAtCollection: true)
         // Five full segments in one batch, each read by the application as it comes.
         var read: [UInt8] = []
         for i in 0..<5 {
@@ -198,17 +204,7 @@ enum Peer {
         let reopened: UInt16 = 60000
         #expect(acks.first?.window == reopened, "the window the reads reopened")
         // Without it, the same batch is answered as it comes in.
-        var plain = IPStackConfiguration(address: Peer.us)
-        plain.tcp = c.tcp
-        var p = IPStack(configuration: plain, seed: 42)
-        try p.listen(port: 80)
-        p.receive(packet: Peer.tcp(syn), now: .zero)
-        let synAck2 = Peer.tcpHeader(p.takeOutgoing()[0])
-        var seg2 = TCPHeader(sourcePort: 4000, destinationPort: 80, sequenceNumber: 1001, flags: [.ack], window: 65535)
-        seg2.acknowledgmentNumber = synAck2.sequenceNumber &+ 1
-        p.receive(packet: Peer.tcp(seg2), now: .zero)
-        let accepted2 = p.accept(port: 80)
-        let id2 = try #require(accepted2)
+        var (p, id2, seg2) = try acceptedConnection(acknowledgeAtCollection: false)
         for i in 0..<5 {
             seg2.sequenceNumber = 1001 &+ UInt32(i * 1460)
             p.receive(packet: Peer.tcp(seg2, bytes(1460, from: i * 1460)), now: .zero)
