@@ -350,13 +350,15 @@ import Testing
         } catch {
             #expect(error.code == .responseMacInvalid)
         }
-        #expect(world.relay?.forged == 1, "the relay rewrote the gateway's decline")
+        let forged = await world.relay?.forged
+        #expect(forged == 1, "the relay rewrote the gateway's decline")
         #expect(world.gateway.log.contains { $0.contains("7001 Normal 105 978 → declined 05") })
         #expect(world.reader.state == .failed(.responseMacInvalid))
         // The link and the terminal carry on: an honest approval goes through the same relay.
         try world.presentCard()
         let honest = try await world.reader.startPayment(amountMinor: 1050, currency: .eur, transactionID: "7002")
-        #expect(honest.result == .approved && world.relay?.forged == 1)
+        let forgedAfter = await world.relay?.forged
+        #expect(honest.result == .approved && forgedAfter == 1)
         await world.shutdown()
     }
 
@@ -383,7 +385,7 @@ import Testing
             let frame = try PaymentFrame.encode(PaymentMessage(direction: .request, header: header, body: ["DateTime": "2026-11-01T10:00:05Z", "Ext": ext]).encoded)
             let received = Locked<[UInt8]>([]), ended = Locked<Bool>(false)
             let holder = Locked<TerminalStream?>(nil)
-            let opened: Bool = world.loop.sync {
+            let opened: Bool = await world.loop.perform {
                 guard let s = try? channel.openTerminalStream(port: port) else { return false }
                 holder.mutate { $0 = s }
                 s.onConnected = { s.send(frame) }
@@ -394,7 +396,7 @@ import Testing
             }
             #expect(opened)
             #expect(await world.eventually("the terminal ends the second connection") { ended.value })
-            world.loop.sync { holder.value?.close() }
+            await world.loop.perform { holder.value?.close() }
             var decoder = PaymentFrameDecoder()
             return try decoder.feed(received.value).compactMap { try? PaymentMessage.decode($0) }
         }
@@ -405,7 +407,8 @@ import Testing
             #expect(answers.count == 1 && answers.first?.header.category == .login && answers.first?.header.saleID == "INTRUDER")
             #expect(status?.errorCondition == .busy && status?.value("reason") == "SessionInUse", "\(answers.map(\.encoded))")
         }
-        #expect(world.terminal.loop.sync { world.terminal.core.refusedSecondHosts } == 2)
+        let refused = await world.terminal.loop.perform { world.terminal.core.refusedSecondHosts }
+        #expect(refused == 2)
         // The SDK never noticed: still connected, and its next payment goes through.
         #expect(world.reader.isConnected && world.recorder.count("didDisconnect") == 0)
         try world.presentCard()
@@ -415,7 +418,7 @@ import Testing
         // Silent second connections: at most four wait for their first message; a fifth is
         // reset at once, and the waiting ones hold nothing of the session.
         let silent = Locked<[TerminalStream]>([]), ended = Locked<Int>(0)
-        world.loop.sync {
+        await world.loop.perform {
             for _ in 0..<5 {
                 guard let s = try? channel.openTerminalStream(port: port) else { continue }
                 s.onClose = { _ in ended.mutate { $0 += 1 } }
@@ -428,7 +431,7 @@ import Testing
         try await Task.sleep(for: .milliseconds(300))
         #expect(ended.value == 1)
         #expect(world.terminal.report().contains { $0.contains("second connections refused 2, reset 1") }, "\(world.terminal.report())")
-        world.loop.sync { for s in silent.value { s.close(reset: true) } }
+        await world.loop.perform { for s in silent.value { s.close(reset: true) } }
         #expect(world.reader.isConnected)
         await world.shutdown()
     }
@@ -462,7 +465,7 @@ import Testing
         func connect() async throws -> HostConnection {
             let h = HostConnection()
             let opened = Locked(false)
-            world.loop.sync {
+            await world.loop.perform {
                 guard let s = try? channel.openTerminalStream(port: port) else { return }
                 h.stream = s
                 s.onConnected = { opened.mutate { $0 = true } }
@@ -473,41 +476,42 @@ import Testing
             #expect(await world.eventually("a connection to the reader port") { opened.value })
             return h
         }
-        func login(_ h: HostConnection, id: String, readerSession: String?) throws {
+        func login(_ h: HostConnection, id: String, readerSession: String?) async throws {
             var ext: JSONValue = ["LocationID": "tml_test_1", "Environment": "int", "MerchantID": "999008881", "TerminalID": "001",
                                   "SessionToken": .string(token)]
             if let readerSession { ext = ext.setting("ReaderSession", .string(readerSession)) }
             let header = PaymentMessage.Header(protocolVersion: "3.1", messageClass: .service, category: .login, type: .request,
                                                identifier: id, saleID: "HOST-\(id)", poiID: "SIM-00000001")
             let frame = try PaymentFrame.encode(PaymentMessage(direction: .request, header: header, body: ["DateTime": "2026-11-01T10:00:05Z", "Ext": ext]).encoded)
-            world.loop.sync { h.stream?.send(frame) }
+            await world.loop.perform { h.stream?.send(frame) }
         }
         func loginAnswer(_ h: HostConnection) -> PaymentMessage? { h.messages.first { $0.header.category == .login && $0.header.messageClass == .service } }
 
         let first = try await connect()
-        try login(first, id: "1", readerSession: nil)
+        try await login(first, id: "1", readerSession: nil)
         #expect(await world.eventually("the first host's login") { loginAnswer(first) != nil })
         let issued = try #require(loginAnswer(first)?.body["Ext"]?["ReaderSession"]?.string)
 
         // A stranger: refused, and the first host keeps its session.
         let stranger = try await connect()
-        try login(stranger, id: "2", readerSession: String(repeating: "1", count: 32))
+        try await login(stranger, id: "2", readerSession: String(repeating: "1", count: 32))
         #expect(await world.eventually("the stranger refused") { stranger.ended.value != nil })
         #expect(PaymentResponseStatus(json: loginAnswer(stranger)?.body["Response"])?.value("reason") == "SessionInUse")
         #expect(first.ended.value == nil)
 
         // The host itself, back on a new connection with its token: it takes over.
         let again = try await connect()
-        try login(again, id: "3", readerSession: issued)
+        try await login(again, id: "3", readerSession: issued)
         #expect(await world.eventually("the takeover's login") { loginAnswer(again) != nil })
         #expect(PaymentResponseStatus(json: loginAnswer(again)?.body["Response"])?.result == .success)
         #expect(await world.eventually("the old connection reset") { first.ended.value != nil })
         #expect(first.ended.value == "reset by peer", "\(first.ended.value ?? "")")
         let renewed = loginAnswer(again)?.body["Ext"]?["ReaderSession"]?.string
         #expect(renewed != nil && renewed != issued, "a new token for the new session")
-        #expect(world.terminal.loop.sync { world.terminal.core.refusedSecondHosts } == 1)
+        let refusedAfter = await world.terminal.loop.perform { world.terminal.core.refusedSecondHosts }
+        #expect(refusedAfter == 1)
 
-        world.loop.sync { for h in [first, stranger, again] { h.stream?.close() } }
+        await world.loop.perform { for h in [first, stranger, again] { h.stream?.close() } }
         await channel.close()
         await world.shutdown()
     }
@@ -520,10 +524,11 @@ import Testing
         try world.presentCard()
         let outcome = try await world.reader.startPayment(amountMinor: 2500, currency: .eur, transactionID: "7101")
         #expect(outcome.result == .approved)
-        let captured = try #require(world.relay?.requests.first { $0["Type"]?.string == "Authorise" })
+        let requests = await world.relay?.requests ?? []
+        let captured = try #require(requests.first { $0["Type"]?.string == "Authorise" })
         #expect(captured["KSN"]?.string?.isEmpty == false && captured["MAC"]?.string?.isEmpty == false)
         let answer = await withCheckedContinuation { (c: CheckedContinuation<JSONValue?, Never>) in
-            world.loop.sync {
+            world.loop.enqueue {
                 // As wide as the suite's other waits: under the full suite's load ten seconds
                 // passed once with the gateway's answer still on its way.
                 GatewayClient.exchange(captured, with: world.gateway.endpoint!, loop: world.loop, timeout: .seconds(120), observer: nil) {

@@ -155,7 +155,7 @@ final class PaymentWorld: @unchecked Sendable {
         await reader.disconnect()
         await terminal.stop()
         gateway.stop()
-        if let relay { loop.sync { relay.close() } }
+        if let relay { await loop.perform { relay.close() } }
         // The loop's thread stays (idle in epoll): stopping it could strand a late `sync`
         // from an object let go after the test.
         if !keepFiles { removeFiles() }
@@ -207,8 +207,8 @@ final class FrameRelay: @unchecked Sendable {
     }
 
     var endpoint: TCPEndpoint { loop.sync { listener!.endpoint! } }
-    var requests: [JSONValue] { loop.sync { seen.compactMap { try? JSONParser.parse($0) } } }
-    var forged: Int { loop.sync { rewritten } }
+    var requests: [JSONValue] { get async { await loop.perform { self.seen.compactMap { try? JSONParser.parse($0) } } } }
+    var forged: Int { get async { await loop.perform { self.rewritten } } }
 
     /// Stops listening and closes every relayed connection (on the loop).
     func close() {
