@@ -16,7 +16,7 @@ struct ChannelVMTests {
 
     /// `VMPEER-T <name> ...` result lines the guest writes to its console.
     func result(_ vm: VMPeer, _ name: String) -> [String]? {
-        vm.log.split(whereSeparator: \.isNewline).first { $0.hasPrefix("VMPEER-T \(name) ") }.map { $0.split(separator: " ").dropFirst(2).map(String.init) }
+        vm.completeLines.first { $0.hasPrefix("VMPEER-T \(name) ") }.map { $0.split(separator: " ").dropFirst(2).map(String.init) }
     }
 
     @Test func bridgesAndProxyWithPPPDAsTheTerminal() async throws {

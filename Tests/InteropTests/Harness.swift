@@ -175,6 +175,14 @@ final class VMPeer {
 
     var log: String { String(decoding: FileManager.default.contents(atPath: console) ?? Data(), as: UTF8.self) }
 
+    /// The console's finished lines: the file is read while the guest may be half-way through
+    /// writing one (a result line cut in the middle would read as a wrong result).
+    var completeLines: [Substring] {
+        let text = log
+        let end = text.lastIndex(where: \.isNewline) ?? text.startIndex
+        return text[..<end].split(whereSeparator: \.isNewline)
+    }
+
     /// Runs a shell line in the guest (see Tools/vmpeer/README.md).
     func guest(_ command: String) {
         let fd = open(control, O_WRONLY | O_NONBLOCK)

@@ -203,7 +203,7 @@ struct PPPDInteropTests {
             s.vm.guest("head -c 1048576 /dev/urandom > /tmp/d; busybox nc 10.0.2.2 7 < /tmp/d > /tmp/e; "
                        + "echo \"VMPEER-T echo $(sha256sum < /tmp/d | cut -c1-64) $(sha256sum < /tmp/e | cut -c1-64) $(wc -c < /tmp/e)\" > /dev/console")
             // Result lines start with the marker; the guest also logs each command it runs.
-            func result(_ marker: String) -> Substring? { s.vm.log.split(whereSeparator: \.isNewline).first { $0.hasPrefix(marker) } }
+            func result(_ marker: String) -> Substring? { s.vm.completeLines.first { $0.hasPrefix(marker) } }
             let echoed = await eventually(180) { result("VMPEER-T echo ") != nil }
             #expect(echoed, "no echo result\n--- pppbridge:\n\(s.bridge.output.suffix(2000))\n--- guest:\n\(s.vm.log.suffix(2000))")
             if let line = result("VMPEER-T echo ") {
