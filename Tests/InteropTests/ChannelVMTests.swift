@@ -108,7 +108,8 @@ struct ChannelVMTests {
         let open = channel.proxyConnections
         #expect(open.count == 5)
         #expect(open.allSatisfy { $0.keepAlive == KeepAliveSettings(idleSeconds: 45, probeIntervalSeconds: 9, probeCount: 6) }, "\(open)")
-        vm.guest("(printf '\(holdRequest)'; sleep 5) | busybox nc \(a.ip) 1080 | od -An -tx1 | tr -d ' \\n' | sed 's/^/VMPEER-T sixth /' > /dev/console")
+        // `echo` ends the line: the harness reads only finished console lines.
+        vm.guest("( (printf '\(holdRequest)'; sleep 5) | busybox nc \(a.ip) 1080 | od -An -tx1 | tr -d ' \\n'; echo) | sed 's/^/VMPEER-T sixth /' > /dev/console")
         #expect(await eventually(60) { result(vm, "sixth") != nil }, "\(vm.log.suffix(1000))")
         #expect(result(vm, "sixth")?.first == "050005010001000000000000", "\(result(vm, "sixth") ?? [])")
         print("channel vm: 5 proxied connections open with keep-alive \(open.first?.keepAlive.map { "\($0)" } ?? "-"); the sixth refused: \(result(vm, "sixth")?.first ?? "-")")
