@@ -43,12 +43,40 @@ private struct HeaderLayout {
     }
 }
 
-/// RFC 1144 §3.2.3: a delta is one byte 1–255, or 0 followed by two bytes.
-private func appendDelta(_ n: UInt16, to out: inout [UInt8]) {
-    if n == 0 || n >= 256 {
-        out += [0, UInt8(n >> 8), UInt8(n & 0xFF)]
-    } else {
-        out.append(UInt8(n))
+/// A compressed header being built (RFC 1144 §3.2.2): at most 19 bytes (the change mask,
+/// the slot, the checksum and five deltas of up to three bytes), kept in fixed storage.
+private struct CompressedHeader {
+    private var bytes: (UInt64, UInt64, UInt64) = (0, 0, 0)
+    var count = 0
+
+    mutating func append(_ b: UInt8) {
+        let i = count
+        withUnsafeMutableBytes(of: &bytes) { $0[i] = b }
+        count = i + 1
+    }
+
+    /// RFC 1144 §3.2.3: a delta is one byte 1–255, or 0 followed by two bytes.
+    mutating func appendDelta(_ n: UInt16) {
+        if n == 0 || n >= 256 {
+            append(0)
+            append(UInt8(n >> 8))
+            append(UInt8(n & 0xFF))
+        } else {
+            append(UInt8(n))
+        }
+    }
+
+    mutating func setFirst(_ b: UInt8) {
+        withUnsafeMutableBytes(of: &bytes) { $0[0] = b }
+    }
+
+    func write(into packet: inout [UInt8], at start: Int) {
+        let count = count
+        withUnsafeBytes(of: bytes) { b in
+            packet.withUnsafeMutableBytes { p in
+                UnsafeMutableRawBufferPointer(rebasing: p[start..<(start + count)]).copyMemory(from: UnsafeRawBufferPointer(rebasing: b[0..<count]))
+            }
+        }
     }
 }
 
@@ -83,17 +111,27 @@ public struct VJCompressor: Sendable {
     /// The PPP protocol and information field for `packet`: 0x0021 (unchanged), 0x002F
     /// (uncompressed TCP, the protocol byte carrying the slot) or 0x002D (compressed).
     public mutating func compress(_ packet: [UInt8]) -> (protocol: UInt16, bytes: [UInt8]) {
+        var p = packet
+        let (proto, start) = compress(&p)
+        return (proto, start == 0 ? p : Array(p[start...]))
+    }
+
+    /// Compresses `packet` in place: the information field is `packet[start...]`. A compressed
+    /// header (at most 19 bytes) is written over the end of the 40 or more it replaces, and an
+    /// uncompressed one changes only the protocol byte, so nothing is allocated or copied
+    /// beyond the header; the slot's saved header is overwritten in its own storage.
+    public mutating func compress(_ packet: inout [UInt8]) -> (protocol: UInt16, start: Int) {
         guard let layout = HeaderLayout(packet), packet[9] == IPProtocol.tcp,
               BigEndian.uint16(packet, 6) & 0x3FFF == 0 else {
             plain += 1
-            return (0x0021, packet)
+            return (0x0021, 0)
         }
         let tcp = layout.ipLength
         let flags = packet[tcp + 13]
         // SYN, FIN, RST or no ACK: sent as plain IP (RFC 1144 §3.2.3).
         guard flags & 0x07 == 0, flags & 0x10 != 0 else {
             plain += 1
-            return (0x0021, packet)
+            return (0x0021, 0)
         }
         // The connection's slot, looked up in place (a copy of the slots held here would make
         // the store below copy all of them).
@@ -107,10 +145,13 @@ public struct VJCompressor: Sendable {
             }
         }
         guard let slot = found else {
-            return sendUncompressed(packet, layout: layout, slot: recency.last!)
+            return sendUncompressed(&packet, layout: layout, slot: recency.last!)
         }
         touch(slot)
-        let old = slots[slot]!
+        // Taken out of its slot, so that it is the only reference and is overwritten in place
+        // at the end (every way out below stores the slot again).
+        var old = slots[slot]!
+        slots[slot] = nil
         let oldLayout = HeaderLayout(old)!
         // Anything but the fields VJ encodes must be unchanged (§3.2.3): the IP version, TOS,
         // flags, TTL and options; the TCP offset and reserved bits, the flags other than PSH and
@@ -121,43 +162,43 @@ public struct VJCompressor: Sendable {
               old[oldLayout.ipLength + 13] & ~0x28 == flags & ~0x28,
               old[20..<oldLayout.ipLength] == packet[20..<layout.ipLength],
               old[(oldLayout.ipLength + 20)..<oldLayout.total] == packet[(tcp + 20)..<layout.total] else {
-            return sendUncompressed(packet, layout: layout, slot: slot)
+            return sendUncompressed(&packet, layout: layout, slot: slot, reusing: &old)
         }
         let ot = oldLayout.ipLength
         var changes: UInt8 = 0
-        // The compressed header is built in the buffer that carries it: the change mask (filled
-        // in at the end), the slot when it is said, the TCP checksum, the deltas, then the data.
+        // The compressed header is built here (the change mask filled in at the end, the slot
+        // when it is said, the TCP checksum, the deltas), then written over the packet's own.
         let saysSlot = !parameters.compressSlotID || lastSlot != slot
-        var out: [UInt8] = []
-        out.reserveCapacity(4 + 15 + packet.count - layout.total)
+        var out = CompressedHeader()
         out.append(0)
         if saysSlot { out.append(UInt8(slot)) }
-        out += packet[(tcp + 16)..<(tcp + 18)]
+        out.append(packet[tcp + 16])
+        out.append(packet[tcp + 17])
         let deltasStart = out.count
         if flags & 0x20 != 0 {
-            appendDelta(BigEndian.uint16(packet, tcp + 18), to: &out)
+            out.appendDelta(BigEndian.uint16(packet, tcp + 18))
             changes |= VJBits.urgent
         } else if BigEndian.uint16(packet, tcp + 18) != BigEndian.uint16(old, ot + 18) || old[ot + 13] & 0x20 != 0 {
             // URG clears only through the explicit encoding, and the special codes (SPECIAL_I,
             // SPECIAL_D) leave the saved header's URG set at the decompressor (RFC 1144 §A.3):
             // a segment that drops URG goes uncompressed, so the saved header forgets it.
-            return sendUncompressed(packet, layout: layout, slot: slot)
+            return sendUncompressed(&packet, layout: layout, slot: slot, reusing: &old)
         }
         let window = BigEndian.uint16(packet, tcp + 14) &- BigEndian.uint16(old, ot + 14)
         if window != 0 {
-            appendDelta(window, to: &out)
+            out.appendDelta(window)
             changes |= VJBits.window
         }
         let ack = BigEndian.uint32(packet, tcp + 8) &- BigEndian.uint32(old, ot + 8)
         if ack != 0 {
-            guard ack <= 0xFFFF else { return sendUncompressed(packet, layout: layout, slot: slot) }
-            appendDelta(UInt16(ack), to: &out)
+            guard ack <= 0xFFFF else { return sendUncompressed(&packet, layout: layout, slot: slot, reusing: &old) }
+            out.appendDelta(UInt16(ack))
             changes |= VJBits.ack
         }
         let seq = BigEndian.uint32(packet, tcp + 4) &- BigEndian.uint32(old, ot + 4)
         if seq != 0 {
-            guard seq <= 0xFFFF else { return sendUncompressed(packet, layout: layout, slot: slot) }
-            appendDelta(UInt16(seq), to: &out)
+            guard seq <= 0xFFFF else { return sendUncompressed(&packet, layout: layout, slot: slot, reusing: &old) }
+            out.appendDelta(UInt16(seq))
             changes |= VJBits.sequence
         }
         let oldTotal = Int(BigEndian.uint16(old, 2))
@@ -167,46 +208,60 @@ public struct VJCompressor: Sendable {
             // Nothing changed: data after a bare ACK compresses; anything else may be a
             // retransmission or a duplicate ACK and goes uncompressed.
             guard BigEndian.uint16(packet, 2) != BigEndian.uint16(old, 2) && oldTotal == oldLayout.total else {
-                return sendUncompressed(packet, layout: layout, slot: slot)
+                return sendUncompressed(&packet, layout: layout, slot: slot, reusing: &old)
             }
         case VJBits.specialI, VJBits.specialD:
             // The real changes look like a special case: ambiguous, so uncompressed.
-            return sendUncompressed(packet, layout: layout, slot: slot)
+            return sendUncompressed(&packet, layout: layout, slot: slot, reusing: &old)
         case VJBits.sequence | VJBits.ack where seq == ack && seq == lastData:
             changes = VJBits.specialI
-            out.removeSubrange(deltasStart...)
+            out.count = deltasStart
         case VJBits.sequence where seq == lastData:
             changes = VJBits.specialD
-            out.removeSubrange(deltasStart...)
+            out.count = deltasStart
         default:
             break
         }
         let id = BigEndian.uint16(packet, 4) &- BigEndian.uint16(old, 4)
         if id != 1 {
-            appendDelta(id, to: &out)
+            out.appendDelta(id)
             changes |= VJBits.ipID
         }
         if flags & 0x08 != 0 { changes |= VJBits.push }
-        slots[slot] = Array(packet[0..<layout.total])
+        save(packet, layout: layout, into: &old, slot: slot)
         if saysSlot {
-            out[0] = changes | VJBits.connection
+            out.setFirst(changes | VJBits.connection)
             lastSlot = slot
         } else {
-            out[0] = changes
+            out.setFirst(changes)
         }
-        out += packet[layout.total...]
+        let start = layout.total - out.count
+        out.write(into: &packet, at: start)
         compressed += 1
-        return (0x002D, out)
+        return (0x002D, start)
     }
 
-    private mutating func sendUncompressed(_ packet: [UInt8], layout: HeaderLayout, slot: Int) -> (protocol: UInt16, bytes: [UInt8]) {
+    private mutating func sendUncompressed(_ packet: inout [UInt8], layout: HeaderLayout, slot: Int) -> (protocol: UInt16, start: Int) {
+        var buffer = slots[slot] ?? []
+        slots[slot] = nil
+        return sendUncompressed(&packet, layout: layout, slot: slot, reusing: &buffer)
+    }
+
+    private mutating func sendUncompressed(_ packet: inout [UInt8], layout: HeaderLayout, slot: Int, reusing buffer: inout [UInt8]) -> (protocol: UInt16, start: Int) {
         touch(slot)
-        slots[slot] = Array(packet[0..<layout.total])
+        save(packet, layout: layout, into: &buffer, slot: slot)
         lastSlot = slot
         uncompressed += 1
-        var out = packet
-        out[9] = UInt8(slot)
-        return (0x002F, out)
+        packet[9] = UInt8(slot)
+        return (0x002F, 0)
+    }
+
+    /// The slot's saved header becomes `packet`'s, written into `buffer` (the slot's old one,
+    /// taken out and so not shared) without allocating when it has the room.
+    private mutating func save(_ packet: [UInt8], layout: HeaderLayout, into buffer: inout [UInt8], slot: Int) {
+        buffer.removeAll(keepingCapacity: true)
+        buffer.append(contentsOf: packet[0..<layout.total])
+        slots[slot] = buffer
     }
 
     private mutating func touch(_ slot: Int) {
@@ -257,11 +312,19 @@ public struct VJDecompressor: Sendable {
 
     /// Protocol 0x002D: rebuilds the packet from the slot's saved header and the deltas.
     public mutating func compressed(_ bytes: [UInt8]) -> [UInt8]? {
+        var packet: [UInt8] = []
+        return compressed(bytes, into: &packet) ? packet : nil
+    }
+
+    /// `compressed` into the caller's array (emptied first, its storage kept): false, and
+    /// `packet` left empty, for a packet that cannot be rebuilt.
+    public mutating func compressed(_ bytes: [UInt8], into packet: inout [UInt8]) -> Bool {
+        packet.removeAll(keepingCapacity: true)
         var i = 0
-        func fail() -> [UInt8]? {
+        func fail() -> Bool {
             errors += 1
             tossing = true
-            return nil
+            return false
         }
         func byte() -> UInt8? {
             guard i < bytes.count else { return nil }
@@ -281,7 +344,7 @@ public struct VJDecompressor: Sendable {
             tossing = false
         } else if tossing {
             tossed += 1
-            return nil
+            return false
         }
         // Everything is read and checked before the saved header changes: a packet that fails
         // leaves the slot as it was (the one after an explicit connection goes on from it).
@@ -344,12 +407,11 @@ public struct VJDecompressor: Sendable {
         BigEndian.put(BigEndian.uint16(h, 4) &+ idDelta, into: &h, at: 4)
         BigEndian.put(UInt16(total), into: &h, at: 2)
         setIPChecksum(&h, ipLength: layout.ipLength)
-        var packet: [UInt8] = []
         packet.reserveCapacity(total)
         packet += h
         packet += bytes[i...]
         slots[lastSlot] = h
         compressedIn += 1
-        return packet
+        return true
     }
 }

@@ -62,6 +62,40 @@ import Testing
         #expect(saved > 0)
     }
 
+    /// The data path compresses in place: the information field is the packet's own tail,
+    /// byte for byte what the copying call gives, in the same array; decompression into one
+    /// kept array gives every packet back.
+    @Test func inPlaceCompressionMatchesTheCopyInTheSameArray() {
+        var copying = VJCompressor(parameters: VJParameters())
+        var inPlace = VJCompressor(parameters: VJParameters())
+        var decompressor = VJDecompressor(parameters: VJParameters())
+        var rebuilt: [UInt8] = []
+        var compressedCount = 0
+        for p in Self.exchange() {
+            let (proto, bytes) = copying.compress(p)
+            // An array of its own (not one sharing `p`'s storage, which a write would copy).
+            var packet: [UInt8] = []
+            packet.append(contentsOf: p)
+            let storage = packet.withUnsafeBytes { $0.baseAddress }
+            let (inPlaceProto, start) = inPlace.compress(&packet)
+            #expect(inPlaceProto == proto)
+            #expect(Array(packet[start...]) == bytes)
+            #expect(packet.withUnsafeBytes { $0.baseAddress } == storage, "compressed in its own array")
+            if proto == 0x002D {
+                compressedCount += 1
+                #expect(start >= 40 - 19, "the header is written over the end of the one it replaces")
+                #expect(decompressor.compressed(Array(packet[start...]), into: &rebuilt))
+                #expect(rebuilt == p)
+            } else if proto == 0x002F {
+                #expect(start == 0 && decompressor.uncompressed(packet) == p)
+            }
+        }
+        #expect(compressedCount > 100)
+        // A packet that cannot be rebuilt leaves the kept array empty.
+        #expect(!decompressor.compressed([0x40, 99, 0, 0], into: &rebuilt))
+        #expect(rebuilt.isEmpty)
+    }
+
     @Test func damagedFrameTossesUntilResynchronised() {
         var compressor = VJCompressor(parameters: VJParameters())
         var decompressor = VJDecompressor(parameters: VJParameters())
