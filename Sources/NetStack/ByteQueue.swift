@@ -32,6 +32,12 @@ public struct ByteQueue: Sendable {
         return Array(storage[(head + offset)..<(head + offset + length)])
     }
 
+    /// `copy` onto the end of `out`.
+    public func copy(offset: Int, length: Int, appendingTo out: inout [UInt8]) {
+        precondition(offset >= 0 && length >= 0 && offset + length <= count)
+        out.append(contentsOf: storage[(head + offset)..<(head + offset + length)])
+    }
+
     /// Removes and returns up to `maximum` bytes from the head.
     public mutating func take(_ maximum: Int) -> [UInt8] {
         let n = Swift.min(maximum, count)
@@ -44,6 +50,17 @@ public struct ByteQueue: Sendable {
         let bytes = copy(offset: 0, length: n)
         removeFirst(n)
         return bytes
+    }
+
+    /// Moves up to `maximum` bytes from the head onto the end of `out` and returns how many:
+    /// both keep their storage, so a reader with a buffer of its own allocates nothing.
+    @discardableResult
+    public mutating func take(_ maximum: Int, appendingTo out: inout [UInt8]) -> Int {
+        let n = Swift.min(maximum, count)
+        guard n > 0 else { return 0 }
+        out.append(contentsOf: storage[head..<(head + n)])
+        removeFirst(n)
+        return n
     }
 
     public mutating func removeAll() {

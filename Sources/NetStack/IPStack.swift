@@ -152,6 +152,8 @@ public struct IPStack: Sendable {
     private var released: Set<ConnectionID> = []
     private var udpSockets: [UInt16: [(TCPEndpoint, [UInt8])]] = [:]
     private var outgoing: [[UInt8]] = []
+    /// Arrays of packets already sent, handed back (`recycle`) for the next segments.
+    private var packetPool = BufferPool()
     private var events: [StackEvent] = []
     private var nextConnection = 1
     private var nextEphemeralPort: UInt16
@@ -237,21 +239,22 @@ public struct IPStack: Sendable {
             return
         }
         var header = parsed
-        var payload = Array(packet[header.headerLength..<header.totalLength])
+        // A slice of the packet: TCP's bytes are copied once, into the receive buffer.
+        var payload = packet[header.headerLength..<header.totalLength]
         if header.isFragment {
             counterBase.fragmentsReceived += 1
-            guard let (whole, bytes) = reassembly.add(header: header, payload: payload, now: now) else { return }
+            guard let (whole, bytes) = reassembly.add(header: header, payload: Array(payload), now: now) else { return }
             header = whole
-            payload = bytes
+            payload = bytes[...]
         }
         switch header.protocol {
         case IPProtocol.tcp: receiveTCP(header, payload, now: now)
-        case IPProtocol.udp: receiveUDP(header, payload, now: now)
-        case IPProtocol.icmp: receiveICMP(header, payload, now: now)
+        case IPProtocol.udp: receiveUDP(header, Array(payload), now: now)
+        case IPProtocol.icmp: receiveICMP(header, Array(payload), now: now)
         default:
             counterBase.ipUnknownProtocol += 1
             // RFC 1122 §3.2.2.1: protocol unreachable.
-            sendICMPError(type: ICMPHeader.destinationUnreachable, code: 2, about: header, payload: payload, now: now)
+            sendICMPError(type: ICMPHeader.destinationUnreachable, code: 2, about: header, payload: Array(payload), now: now)
         }
     }
 
@@ -415,8 +418,7 @@ public struct IPStack: Sendable {
         h.identification = identification
         h.timeToLive = configuration.timeToLive
         h.dontFragment = true
-        var packet: [UInt8] = []
-        packet.reserveCapacity(h.totalLength)
+        var packet = packetPool.take(capacity: h.totalLength)
         h.emit(into: &packet)
         s.header.emit(into: &packet, source: local, destination: remote, payload: s.payload)
         packet += s.payload
@@ -437,6 +439,31 @@ public struct IPStack: Sendable {
         guard !events.isEmpty else { return [] }
         defer { events = [] }
         return events
+    }
+
+    /// `takeOutgoing` into the caller's array, which it keeps from batch to batch: the two
+    /// trade places (what `packets` held is dropped), so a steady stream allocates no array
+    /// for the list itself.
+    public mutating func takeOutgoing(into packets: inout [[UInt8]]) {
+        collectSegments(releasingAcks: true)
+        packets.removeAll(keepingCapacity: true)
+        swap(&outgoing, &packets)
+    }
+
+    /// Arrays kept for the next packets (`recycle`).
+    public var pooledPacketBuffers: Int { packetPool.count }
+
+    /// Hands back packets taken with `takeOutgoing` once their bytes are framed: their arrays
+    /// carry later segments. Leaves `packets` empty.
+    public mutating func recycle(_ packets: inout [[UInt8]]) {
+        packetPool.give(all: &packets)
+    }
+
+    /// `takeEvents` into the caller's array, kept from batch to batch as in `takeOutgoing(into:)`.
+    public mutating func takeEvents(into buffer: inout [StackEvent]) {
+        collectSegments()
+        buffer.removeAll(keepingCapacity: true)
+        swap(&events, &buffer)
     }
 
     // MARK: Time
@@ -561,6 +588,13 @@ extension IPStack {
         return connections[id]!.read(maximum: maximum, now: now)
     }
 
+    /// `read` onto the end of the caller's buffer; returns how many bytes came.
+    @discardableResult
+    public mutating func read(_ id: ConnectionID, maximum: Int = .max, appendingTo out: inout [UInt8], now: Instant) -> Int {
+        guard connections[id] != nil else { return 0 }
+        return connections[id]!.read(maximum: maximum, appendingTo: &out, now: now)
+    }
+
     public func writableBytes(_ id: ConnectionID) -> Int { connections[id]?.writableBytes ?? 0 }
     public func readableBytes(_ id: ConnectionID) -> Int { connections[id]?.readableBytes ?? 0 }
     /// True once the peer's FIN is read past, or the connection is gone.
@@ -588,7 +622,7 @@ extension IPStack {
     public mutating func setKeepAlive(_ id: ConnectionID, _ keepAlive: TCPKeepAlive?) { connections[id]?.setKeepAlive(keepAlive) }
     public mutating func setUserTimeout(_ id: ConnectionID, _ timeout: Duration?) { connections[id]?.setUserTimeout(timeout) }
 
-    private mutating func receiveTCP(_ ip: IPv4Header, _ segment: [UInt8], now: Instant) {
+    private mutating func receiveTCP(_ ip: IPv4Header, _ segment: ArraySlice<UInt8>, now: Instant) {
         let pseudo = InternetChecksum.pseudoHeaderSum(source: ip.source, destination: ip.destination, protocol: IPProtocol.tcp, length: segment.count)
         guard InternetChecksum.finish(InternetChecksum.sum(segment, into: pseudo)) == 0 else {
             counterBase.tcpChecksumErrors += 1
@@ -598,7 +632,7 @@ extension IPStack {
             counterBase.tcpMalformed += 1
             return
         }
-        let payload = Array(segment[h.headerLength...])
+        let payload = segment[(segment.startIndex + h.headerLength)...]
         let remote = TCPEndpoint(ip.source, h.sourcePort)
         if h.flags.contains(.rst) { counterBase.tcpResetsReceived += 1 }
         if let id = demux[FourTuple(localPort: h.destinationPort, remote: remote)] {
@@ -657,29 +691,34 @@ extension IPStack {
         while i != connections.values.endIndex {
             defer { connections.values.formIndex(after: &i) }
             if releasingAcks { connections.values[i].releaseHeldAck() }
-            let segments = connections.values[i].takeSegments()
-            let connEvents = connections.values[i].takeEvents()
-            if segments.isEmpty && connEvents.isEmpty && connections.values[i].state != .closed { continue }
+            if !connections.values[i].hasPending && connections.values[i].state != .closed { continue }
             let id = connections.keys[i]
             let local = connections.values[i].local.address, remote = connections.values[i].remote.address
-            for s in segments {
-                if s.header.flags.contains(.rst) { counterBase.tcpResetsSent += 1 }
-                sendTCP(s, from: local, to: remote)
-            }
-            for e in connEvents {
-                if let port = pendingAccept[id] {
-                    // Not handed out yet: only the handshake's end matters.
-                    if e == .established, var l = listeners[port], l.ready.count < configuration.listenBacklog {
-                        l.ready.append(id)
-                        listeners[port] = l
-                        events.append(.acceptable(port: port))
-                    } else if e != .established {
-                        eventsBeforeAccept[id, default: []].append(e)
-                    }
-                    continue
+            // Read in place, then emptied with their storage kept (`clearPending`): the
+            // copies here end with this scope, so the arrays are no longer shared by then.
+            do {
+                let segments = connections.values[i].pendingSegments
+                let connEvents = connections.values[i].pendingEvents
+                for s in segments {
+                    if s.header.flags.contains(.rst) { counterBase.tcpResetsSent += 1 }
+                    sendTCP(s, from: local, to: remote)
                 }
-                events.append(.tcp(id, e))
+                for e in connEvents {
+                    if let port = pendingAccept[id] {
+                        // Not handed out yet: only the handshake's end matters.
+                        if e == .established, var l = listeners[port], l.ready.count < configuration.listenBacklog {
+                            l.ready.append(id)
+                            listeners[port] = l
+                            events.append(.acceptable(port: port))
+                        } else if e != .established {
+                            eventsBeforeAccept[id, default: []].append(e)
+                        }
+                        continue
+                    }
+                    events.append(.tcp(id, e))
+                }
             }
+            connections.values[i].clearPending()
             if connections.values[i].state == .closed
                 && (released.contains(id) || pendingAccept[id] != nil || connections.values[i].readableBytes == 0) {
                 finished.append(id)

@@ -186,6 +186,40 @@ enum Peer {
         return (s, try #require(accepted), seg)
     }
 
+    /// Packets handed back once framed carry the next segments, and the connection's segment
+    /// payloads go round the same way: what goes out is still every byte, in order.
+    @Test func packetsHandedBackCarryTheNextSegments() throws {
+        var (s, id, _) = try acceptedConnection(acknowledgeAtCollection: true)
+        let data = bytes(40 * 1460)
+        #expect(s.write(id, data, now: .zero) == data.count)
+        var packets: [[UInt8]] = []
+        var sent: [UInt8] = []
+        s.takeOutgoing(into: &packets)
+        let first = packets.count
+        #expect(first >= 2)
+        var rounds = 0
+        while !packets.isEmpty {
+            for p in packets { sent += p[40...] }
+            let handedBack = packets.count
+            let pooled = s.pooledPacketBuffers
+            s.recycle(&packets)
+            #expect(packets.isEmpty && s.pooledPacketBuffers == min(pooled + handedBack, 64))
+            // The peer acknowledges everything sent so far; the next segments go out in the
+            // arrays handed back.
+            var ack = TCPHeader(sourcePort: 4000, destinationPort: 80, sequenceNumber: 1001, flags: [.ack], window: 65535)
+            ack.acknowledgmentNumber = try #require(s.connection(id)).sendNext.rawValue
+            s.receive(packet: Peer.tcp(ack), now: .milliseconds(Int64(rounds)))
+            let before = s.pooledPacketBuffers
+            s.takeOutgoing(into: &packets)
+            if !packets.isEmpty {
+                #expect(s.pooledPacketBuffers == before - min(before, packets.count), "taken from the pool")
+            }
+            rounds += 1
+        }
+        #expect(sent == data)
+        #expect(rounds > 2)
+    }
+
     @Test func acknowledgedAtCollectionOneACKAnswersABatchWithTheWindowReopened() throws {
         var (s, id, seg) = try acceptedConnection(acknowledgeAtCollection: true)
         // Five full segments in one batch, each read by the application as it comes.

@@ -136,6 +136,8 @@ public struct TCPConnection: Sendable {
     let timestampOffset: UInt32
 
     var outgoing: [TCPSegment] = []
+    /// Arrays of segments already collected, for the payloads of the next ones.
+    var payloadPool = BufferPool(limit: 8)
     var events: [TCPEvent] = []
     var writeBlocked = false
     /// The application called `close`: it reads no more.
@@ -255,13 +257,26 @@ public struct TCPConnection: Sendable {
     /// window update (receiver silly-window avoidance, RFC 9293 §3.8.6.2.2).
     public mutating func read(maximum: Int = .max, now: Instant) -> [UInt8] {
         let bytes = receiveBuffer.take(maximum)
-        if !bytes.isEmpty && state.canReceiveData {
-            let current = advertisedEdge - receiveNext
-            let possible = configuration.receiveBufferSize - receiveBuffer.count
-            if possible - current >= min(configuration.receiveBufferSize / 2, 2 * effectiveSendMSS) { ackNow = true }
-            output(now: now)
-        }
+        if !bytes.isEmpty { didRead(now: now) }
         return bytes
+    }
+
+    /// `read` onto the end of the caller's buffer; returns how many bytes came.
+    @discardableResult
+    public mutating func read(maximum: Int = .max, appendingTo out: inout [UInt8], now: Instant) -> Int {
+        let n = receiveBuffer.take(maximum, appendingTo: &out)
+        if n > 0 { didRead(now: now) }
+        return n
+    }
+
+    /// The application took bytes: a window grown by enough is said at once (RFC 9293
+    /// §3.8.6.2.2, receiver's silly window avoidance).
+    private mutating func didRead(now: Instant) {
+        guard state.canReceiveData else { return }
+        let current = advertisedEdge - receiveNext
+        let possible = configuration.receiveBufferSize - receiveBuffer.count
+        if possible - current >= min(configuration.receiveBufferSize / 2, 2 * effectiveSendMSS) { ackNow = true }
+        output(now: now)
     }
 
     /// Half-close: FIN after the queued data; reading goes on.
@@ -324,5 +339,18 @@ public struct TCPConnection: Sendable {
         guard !events.isEmpty else { return [] }
         defer { events = [] }
         return events
+    }
+
+    /// For a caller that reads the segments and events in place (the stack, every batch):
+    /// once it has let go of them, `clearPending` empties both and keeps their storage, so a
+    /// steady stream allocates no arrays for them.
+    var pendingSegments: [TCPSegment] { outgoing }
+    var pendingEvents: [TCPEvent] { events }
+    var hasPending: Bool { !outgoing.isEmpty || !events.isEmpty }
+
+    mutating func clearPending() {
+        // The payloads' arrays carry the next segments' (`sendData`).
+        while let s = outgoing.popLast() { payloadPool.give(s.payload) }
+        events.removeAll(keepingCapacity: true)
     }
 }

@@ -6,6 +6,12 @@ extension TCPConnection {
     // MARK: Input
 
     public mutating func receive(_ h: TCPHeader, payload: [UInt8], now: Instant) {
+        receive(h, payload: payload[...], now: now)
+    }
+
+    /// The payload as a slice of the packet it came in: nothing is copied until the bytes
+    /// reach the receive buffer (or the reassembler, for a segment beyond a hole).
+    public mutating func receive(_ h: TCPHeader, payload: ArraySlice<UInt8>, now: Instant) {
         counters.segmentsReceived += 1
         switch state {
         case .closed: return
@@ -18,7 +24,7 @@ extension TCPConnection {
     }
 
     /// RFC 9293 §3.10.7.3.
-    mutating func receiveInSynSent(_ h: TCPHeader, payload: [UInt8], now: Instant) {
+    mutating func receiveInSynSent(_ h: TCPHeader, payload: ArraySlice<UInt8>, now: Instant) {
         let ack = SequenceNumber(h.acknowledgmentNumber)
         let hasAck = h.flags.contains(.ack)
         if hasAck && (ack <= initialSendSequence || ack > sendMax) {
@@ -57,7 +63,7 @@ extension TCPConnection {
         }
     }
 
-    mutating func receiveSynchronized(_ h: TCPHeader, payload: [UInt8], now: Instant) {
+    mutating func receiveSynchronized(_ h: TCPHeader, payload: ArraySlice<UInt8>, now: Instant) {
         let seq = SequenceNumber(h.sequenceNumber)
         let syn = h.flags.contains(.syn)
         let rst = h.flags.contains(.rst)
@@ -329,7 +335,7 @@ extension TCPConnection {
 
     // MARK: Receiving text
 
-    mutating func receiveSegmentText(start: SequenceNumber, data: [UInt8], fin: Bool, now: Instant) {
+    mutating func receiveSegmentText(start: SequenceNumber, data: ArraySlice<UInt8>, fin: Bool, now: Instant) {
         if start == receiveNext {
             let fillsHole = !outOfOrder.isEmpty
             let wasEmpty = receiveBuffer.isEmpty
@@ -338,7 +344,7 @@ extension TCPConnection {
             // Pull whatever the new bytes made contiguous.
             while let first = outOfOrder.popFilled(upTo: receiveNext) {
                 let skip = receiveNext - first.start
-                if skip < first.data.count { appendInOrder(Array(first.data[skip...])) }
+                if skip < first.data.count { appendInOrder(first.data[skip...]) }
                 if first.fin && first.end >= receiveNext { finInOrder = true }
             }
             if receiveBuffer.count > 0 && (wasEmpty || !data.isEmpty) { events.append(.readable) }
@@ -364,13 +370,13 @@ extension TCPConnection {
             }
         } else {
             counters.outOfOrderSegments += 1
-            if !outOfOrder.insert(TCPReassembler.Segment(start: start, data: data, fin: fin)) { counters.outOfOrderDropped += 1 }
+            if !outOfOrder.insert(TCPReassembler.Segment(start: start, data: Array(data), fin: fin)) { counters.outOfOrderDropped += 1 }
             ackNow = true
             ackUnheld = true
         }
     }
 
-    mutating func appendInOrder(_ data: [UInt8]) {
+    mutating func appendInOrder(_ data: ArraySlice<UInt8>) {
         guard !data.isEmpty else { return }
         receiveBuffer.append(contentsOf: data)
         receiveNext += data.count

@@ -133,7 +133,9 @@ extension TCPConnection {
     mutating func sendData(from start: SequenceNumber, length: Int, now: Instant, armTimer: Bool) {
         guard length > 0 else { return }
         let offset = start - sendUnacknowledged
-        let payload = sendBuffer.copy(offset: offset, length: length)
+        // Into a kept array: the last batch's segments handed theirs back (`clearPending`).
+        var payload = payloadPool.take(capacity: length)
+        sendBuffer.copy(offset: offset, length: length, appendingTo: &payload)
         let end = start + length
         var flags: TCPHeader.Flags = [.ack]
         if end == dataEnd { flags.insert(.psh) }
