@@ -128,6 +128,8 @@ public struct PPPLink: Sendable {
     private var transmit: [UInt8] = []
     private var events: [LinkEvent] = []
     private var receivedIP: [[UInt8]] = []
+    /// Arrays of received packets handed back (`recycle`), for the frames that follow.
+    private var packetPool = BufferPool(limit: 32)
     private var captured: [(Direction, PPPFrame)] = []
     private var pendingDown: LinkDownReason?
     private var lcpIdentifier: UInt8 = 0x80
@@ -195,17 +197,46 @@ public struct PPPLink: Sendable {
         // Configure-Ack that opens LCP changes the receive ACCM, and the peer's next frame
         // (in the same read, often) already uses the new map.
         var offset = 0
+        // IP frames skip `PPPFrame` (an array of their own): their information field is copied
+        // into a kept buffer (`packetPool`) and handled from there. Not while frames are
+        // captured, which keeps every frame whole.
+        let ipFastPath = !configuration.captureFrames
         while offset < bytes.count {
             var frame: PPPFrame?
+            var ipProtocol: UInt16?
+            var information = ipFastPath ? packetPool.take(capacity: 2048) : []
             let damagedBefore = decoder.counters.droppedFrames
-            offset += decoder.decode(UnsafeRawBufferPointer(rebasing: bytes[offset...]), stopAfterFrame: true) { frame = $0.frame }
+            offset += decoder.decode(UnsafeRawBufferPointer(rebasing: bytes[offset...]), stopAfterFrame: true) { decoded in
+                if ipFastPath && ProtocolNumber.isIPData(decoded.protocol) {
+                    ipProtocol = decoded.protocol
+                    information.append(contentsOf: decoded.information)
+                } else {
+                    frame = decoded.frame
+                }
+            }
             // RFC 1144 §3.3.4: after a damaged frame, VJ state may be out of step with the peer's.
             if decoder.counters.droppedFrames != damagedBefore { vjDecompressor?.toss() }
+            if let proto = ipProtocol {
+                lastReceive = now
+                handleIP(proto, information, now: now)
+                process(now: now)
+                continue
+            }
+            packetPool.give(information)
             guard let frame else { break }
             lastReceive = now
             handle(frame, now: now)
             process(now: now)
         }
+    }
+
+    /// Arrays kept for the frames to come (`recycle`).
+    public var pooledPacketBuffers: Int { packetPool.count }
+
+    /// Packets from `takeReceivedIPPackets`, handed back once read, for their arrays to be
+    /// reused. Leaves `packets` empty.
+    public mutating func recycle(_ packets: inout [[UInt8]]) {
+        packetPool.give(all: &packets)
     }
 
     public mutating func receive(_ bytes: [UInt8], now: Instant) {
@@ -224,6 +255,20 @@ public struct PPPLink: Sendable {
             sendFrame(proto, bytes)
         } else {
             sendFrame(ProtocolNumber.ipv4, ipPacket)
+        }
+        return true
+    }
+
+    /// `send(ipPacket:)` on the data path: the packet is VJ-compressed in place (it is the
+    /// caller's and changes) and framed straight onto the end of `out`, the caller's line
+    /// buffer, rather than into a frame of its own.
+    public mutating func send(ipPacket: inout [UInt8], now: Instant, framingInto out: inout [UInt8]) -> Bool {
+        guard ipcp.state == .opened, ipPacket.count <= lcp.policy.result.transmitMRU else { return false }
+        let (proto, start) = vjCompressor?.compress(&ipPacket) ?? (ProtocolNumber.ipv4, 0)
+        ipPacket.withUnsafeBytes { packet in
+            let information = UnsafeRawBufferPointer(rebasing: packet[start...])
+            noteSent(proto, information)
+            encoder.encode(protocol: proto, information: information, into: &out)
         }
         return true
     }
@@ -264,6 +309,13 @@ public struct PPPLink: Sendable {
         return receivedIP
     }
 
+    /// `takeReceivedIPPackets` into the caller's array, which it keeps from read to read: the
+    /// two trade places, so the list itself is not allocated anew for every read.
+    public mutating func takeReceivedIPPackets(into packets: inout [[UInt8]]) {
+        packets.removeAll(keepingCapacity: true)
+        swap(&receivedIP, &packets)
+    }
+
     public mutating func takeCapturedFrames() -> [(Direction, PPPFrame)] {
         defer { captured = [] }
         return captured
@@ -293,12 +345,12 @@ public struct PPPLink: Sendable {
         case ProtocolNumber.ipcp:
             guard phase == .network || phase == .open, let packet = try? ControlPacket(parsing: frame.information) else { return }
             ipcp.receive(packet, now: now)
+        case ProtocolNumber.ipv4 where ipcp.state == .opened,
+             ProtocolNumber.vjUncompressedTCP where vjDecompressor != nil,
+             ProtocolNumber.vjCompressedTCP where vjDecompressor != nil:
+            handleIP(proto, frame.information, now: now)
         case ProtocolNumber.ipv4:
-            if ipcp.state == .opened { receivedIP.append(frame.information) }
-        case ProtocolNumber.vjUncompressedTCP where vjDecompressor != nil:
-            if let packet = vjDecompressor?.uncompressed(frame.information) { receivedIP.append(packet) }
-        case ProtocolNumber.vjCompressedTCP where vjDecompressor != nil:
-            if let packet = vjDecompressor?.compressed(frame.information) { receivedIP.append(packet) }
+            break
         default:
             // RFC 1661 §5.7: unknown protocols get a Protocol-Reject once LCP is open; during
             // authentication everything else is silently discarded (§3.5).
@@ -308,6 +360,30 @@ public struct PPPLink: Sendable {
             let room = max(0, lcp.policy.result.transmitMRU - 6)
             let data = BigEndian.bytes(proto) + frame.information.prefix(room)
             sendControl(ProtocolNumber.lcp, ControlPacket(code: ControlCode.protocolReject, identifier: lcpIdentifier, data: data))
+        }
+    }
+
+    /// An IPv4 or VJ frame's information field (RFC 1332, RFC 1144). A frame of a protocol
+    /// IPCP has not opened goes the way of any unknown protocol (`handle`).
+    private mutating func handleIP(_ proto: UInt16, _ information: [UInt8], now: Instant) {
+        switch proto {
+        case ProtocolNumber.ipv4 where ipcp.state == .opened:
+            receivedIP.append(information)
+        case ProtocolNumber.ipv4:
+            packetPool.give(information)
+        case ProtocolNumber.vjUncompressedTCP where vjDecompressor != nil:
+            if let packet = vjDecompressor?.uncompressed(information) { receivedIP.append(packet) }
+            packetPool.give(information)
+        case ProtocolNumber.vjCompressedTCP where vjDecompressor != nil:
+            var packet = packetPool.take(capacity: information.count + 60)
+            if vjDecompressor!.compressed(information, into: &packet) {
+                receivedIP.append(packet)
+            } else {
+                packetPool.give(packet)
+            }
+            packetPool.give(information)
+        default:
+            handle(PPPFrame(protocol: proto, information: information), now: now)
         }
     }
 
@@ -578,13 +654,18 @@ public struct PPPLink: Sendable {
     }
 
     private mutating func sendFrame(_ proto: UInt16, _ information: [UInt8]) {
+        information.withUnsafeBytes { noteSent(proto, $0) }
+        encoder.encode(protocol: proto, information: information, into: &transmit)
+    }
+
+    /// Counts a frame about to be encoded, and keeps a copy when frames are captured.
+    private mutating func noteSent(_ proto: UInt16, _ information: UnsafeRawBufferPointer) {
         framesSent &+= 1
         if configuration.captureFrames {
             let lcpPacket = proto == ProtocolNumber.lcp
-            captured.append((.sent, PPPFrame(protocol: proto, information: information,
+            captured.append((.sent, PPPFrame(protocol: proto, information: Array(information),
                                              addressControlPresent: lcpPacket || !encoder.compressAddressControl,
                                              protocolCompressed: !lcpPacket && encoder.compressProtocol && proto < 0x100)))
         }
-        encoder.encode(protocol: proto, information: information, into: &transmit)
     }
 }

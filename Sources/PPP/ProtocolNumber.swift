@@ -40,4 +40,9 @@ public enum ProtocolNumber {
 
     /// Control protocols (RFC 1661 §2: values 0x8000–0xBFFF are NCPs, 0xC000–0xFFFF link-layer control).
     public static func isControl(_ proto: UInt16) -> Bool { proto >= 0x8000 }
+
+    /// IPv4 and its VJ forms: the data path's frames.
+    public static func isIPData(_ proto: UInt16) -> Bool {
+        proto == ipv4 || proto == vjCompressedTCP || proto == vjUncompressedTCP
+    }
 }

@@ -322,6 +322,45 @@ func isLCP(_ code: UInt8) -> (PPPFrame) -> Bool {
         #expect(p.downA == .networkFailed("Protocol-Reject"))
     }
 
+    /// IP frames are decoded into kept arrays (what `recycle` hands back), and take the same
+    /// ways as before: IPv4 once IPCP is open, VJ only when negotiated, a Protocol-Reject
+    /// for VJ that was not.
+    @Test func ipFramesGoThroughKeptArrays() throws {
+        var terminal = LinkConfiguration.terminal()
+        terminal.ipcp.vj = nil
+        var p = LinkPair(host, terminal)
+        p.start()
+        p.run(for: .seconds(10)) { $0.ipcpA != nil && $0.ipcpB != nil }
+        var rejects: [PPPFrame] = []
+        p.dropBtoA = { f in
+            if isLCP(ControlCode.protocolReject)(f) { rejects.append(f) }
+            return false
+        }
+        let encoder = HDLCEncoder(escapes: EscapeSet(accm: 0))
+        let packets = (0..<3).map { i in [0x45, 0, 0, 20] + [UInt8](repeating: UInt8(i), count: 16) }
+        var line: [UInt8] = []
+        for packet in packets { encoder.encode(protocol: ProtocolNumber.ipv4, information: packet, into: &line) }
+        // VJ was not negotiated: rejected (RFC 1661 §5.7), not handed on.
+        encoder.encode(protocol: ProtocolNumber.vjCompressedTCP, information: [0x40, 1, 0, 0], into: &line)
+        p.b.receive(line, now: p.now)
+        var received: [[UInt8]] = []
+        p.b.takeReceivedIPPackets(into: &received)
+        #expect(received == packets)
+        p.run(for: .zero)
+        #expect(rejects.count == 1 && p.b.unknownProtocolFrames == 1)
+        #expect(rejects.first.map { Array($0.information[4...5]) } == [0x00, 0x2D])
+        let pooled = p.b.pooledPacketBuffers
+        p.b.recycle(&received)
+        #expect(received.isEmpty && p.b.pooledPacketBuffers == pooled + 3)
+        // The next frames are decoded into those arrays.
+        var more: [UInt8] = []
+        for packet in packets.prefix(2) { encoder.encode(protocol: ProtocolNumber.ipv4, information: packet, into: &more) }
+        p.b.receive(more, now: p.now)
+        #expect(p.b.pooledPacketBuffers == pooled + 1)
+        p.b.takeReceivedIPPackets(into: &received)
+        #expect(received == Array(packets.prefix(2)))
+    }
+
     @Test func unknownProtocolsGetAProtocolReject() throws {
         var p = LinkPair(host, .terminal())
         p.start()
