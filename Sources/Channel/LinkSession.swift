@@ -100,6 +100,8 @@ public final class LinkSession: LoopClient {
     /// An IP packet did not fit in the queue since the interest was last set.
     private var overflowed = false
     private var readBuffer = [UInt8](repeating: 0, count: 65536)
+    private var packetsIn: [[UInt8]] = []
+    private var packetsOut: [[UInt8]] = []
 
     public init(line: SerialLine, link: PPPLink, pcap: PcapWriter? = nil, record: PPPDRecordWriter? = nil,
                 attachment: NetworkAttachment? = nil, frameLoss: Double = 0, seed: UInt64 = 1,
@@ -298,6 +300,11 @@ public final class LinkSession: LoopClient {
         }
         line.peerAttached()
         lineBytesIn += count
+        guard record != nil || inboundLoss != nil else {
+            // The common case: decoded straight from the read buffer.
+            readBuffer.withUnsafeBytes { link.receive(UnsafeRawBufferPointer(rebasing: $0[0..<count]), now: now) }
+            return
+        }
         var chunk = Array(readBuffer[0..<count])
         record?.record(.received, chunk, elapsedTenths: tenths(now))
         if inboundLoss != nil { chunk = inboundLoss!.filter(chunk) }
@@ -323,12 +330,18 @@ public final class LinkSession: LoopClient {
             onEvent(e)
             onLinkEvent?(e)
         }
-        let packets = link.takeReceivedIPPackets()
+        // Through kept arrays (`packetsIn`, `packetsOut`): taken out while in use, so that a
+        // call back into the session meanwhile finds an empty one rather than a shared one.
+        var packets = packetsIn
+        packetsIn = []
+        link.takeReceivedIPPackets(into: &packets)
         if let a = attachment {
             for p in packets { a.receive(packet: p, now: now) }
         } else {
             ipPacketsDropped += packets.count
         }
+        link.recycle(&packets)
+        packetsIn = packets
         // Control frames (LCP, IPCP, PAP/CHAP), within the reserve: they go ahead of IP data.
         // Each batch the link hands over starts and ends with a flag, so batches can be
         // written in any order (RFC 1662 §4.1).
@@ -343,27 +356,40 @@ public final class LinkSession: LoopClient {
         // Then IP packets while the queue has room.
         if let a = attachment {
             var room = lineQueueLimit - queuedBytes
-            for p in a.takeOutgoing(now: now) {
+            var packets = packetsOut
+            packetsOut = []
+            a.takeOutgoing(now: now, into: &packets)
+            for i in packets.indices {
+                let size = packets[i].count
                 // Decided before the packet is framed (and VJ-compressed): a drop here is like a
                 // frame lost on the line. Escapes can add a little beyond the limit. A packet
                 // larger than the room still goes when no IP data is queued (a peer MRU up to
                 // 16384 against a small limit), so full-size segments are never refused for good.
-                guard p.count <= room || output.dataCount == 0 else {
+                guard size <= room || output.dataCount == 0 else {
                     queueCounters.droppedPackets += 1
                     overflowed = true
                     continue
                 }
-                guard link.send(ipPacket: p, now: now) else {
+                let sent: Bool
+                if outboundLoss == nil {
+                    // Compressed in place and framed straight into the queue.
+                    sent = output.appendDataFrame { link.send(ipPacket: &packets[i], now: now, framingInto: &$0) }
+                } else if link.send(ipPacket: packets[i], now: now) {
+                    output.append(dataFrame: outboundLoss!.filter(link.takeTransmit()))
+                    sent = true
+                } else {
+                    sent = false
+                }
+                guard sent else {
                     ipPacketsDropped += 1
                     continue
                 }
-                var frame = link.takeTransmit()
                 // Counted unframed, as the sources count their room: escapes and the FCS may take
                 // the queue a little beyond the limit, never a packet a source was told fits.
-                room -= p.count
-                if outboundLoss != nil { frame = outboundLoss!.filter(frame) }
-                output.append(dataFrame: frame)
+                room -= size
             }
+            a.recycle(&packets)
+            packetsOut = packets
         }
         if !output.isEmpty {
             queueCounters.peak = max(queueCounters.peak, queuedBytes)
@@ -453,6 +479,15 @@ struct LineOutputQueue {
     /// Appends control frames (each starting and ending with a flag).
     mutating func append(control frames: [UInt8]) {
         control += frames
+    }
+
+    /// Frames one IP packet straight onto the end of the queue: `encode` appends it to the
+    /// buffer it is given, and says whether it did. Back to back, frames share a flag.
+    mutating func appendDataFrame(_ encode: (inout [UInt8]) -> Bool) -> Bool {
+        let before = data.count
+        guard encode(&data) else { return false }
+        if data.count > before { frameLengths.append(data.count - before) }
+        return true
     }
 
     /// Appends one framed IP packet.

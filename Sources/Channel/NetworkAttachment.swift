@@ -9,6 +9,11 @@ public protocol NetworkAttachment: AnyObject {
     func linkDown()
     func receive(packet: [UInt8], now: Instant)
     func takeOutgoing(now: Instant) -> [[UInt8]]
+    /// `takeOutgoing` into `packets`, which the session keeps from batch to batch (emptied
+    /// first): an attachment that can hand its list over without allocating does so here.
+    func takeOutgoing(now: Instant, into packets: inout [[UInt8]])
+    /// Packets from `takeOutgoing`, handed back once framed, for their arrays to be reused.
+    func recycle(_ packets: inout [[UInt8]])
     var pollAt: Instant? { get }
     func poll(now: Instant)
     /// Descriptors the session watches for input on the attachment's behalf.
@@ -20,4 +25,15 @@ public protocol NetworkAttachment: AnyObject {
     func report() -> [String]
     /// True when the attachment has finished what it was asked to do (e.g. all pings sent and answered or timed out).
     var finished: Bool { get }
+}
+
+extension NetworkAttachment {
+    public func takeOutgoing(now: Instant, into packets: inout [[UInt8]]) {
+        packets.removeAll(keepingCapacity: true)
+        packets += takeOutgoing(now: now)
+    }
+
+    public func recycle(_ packets: inout [[UInt8]]) {
+        packets.removeAll(keepingCapacity: true)
+    }
 }

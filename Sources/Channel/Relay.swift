@@ -78,6 +78,8 @@ final class RelayTable {
     private var dirty: Set<ConnectionID> = []
     /// Relays holding bytes for their host socket until the batch's end (`flush`).
     private var held: Set<ConnectionID> = []
+    private var spareDirty: Set<ConnectionID> = []
+    private var spareHeld: Set<ConnectionID> = []
     private var buffer = [UInt8](repeating: 0, count: 65536)
     /// Why the last relay that failed did: what a report shows beside the count.
     var lastFailure: String?
@@ -125,19 +127,28 @@ final class RelayTable {
         }
     }
 
+    // `dirty` and `held` start over empty while their relays are pumped (a pump may add to
+    // them): each trades places with a spare, so neither is allocated anew every batch. (Not
+    // through one function taking them `inout`: that would hold them for the whole pump.)
     func step(now: Instant) {
         guard !dirty.isEmpty else { return }
-        let work = dirty
-        dirty = []
+        var work = spareDirty
+        spareDirty = []
+        swap(&work, &dirty)
         for id in work { if let r = relays[id] { pump(r, now: now) } }
+        work.removeAll(keepingCapacity: true)
+        spareDirty = work
     }
 
     /// The batch is in: what each relay held goes to its host socket, in one send.
     func flush(now: Instant) {
         guard !held.isEmpty else { return }
-        let work = held
-        held = []
+        var work = spareHeld
+        spareHeld = []
+        swap(&work, &held)
         for id in work { if let r = relays[id] { pump(r, now: now) } }
+        work.removeAll(keepingCapacity: true)
+        spareHeld = work
     }
 
     /// The link is down: every host connection is reset, every descriptor closed.
@@ -192,9 +203,8 @@ final class RelayTable {
             r.toHostStart = 0
         }
         while r.toHost.count < buffer.count {
-            let chunk = host.stack!.read(r.id, maximum: buffer.count - r.toHost.count, now: now)
-            if chunk.isEmpty { return }
-            if r.toHost.isEmpty { r.toHost = chunk } else { r.toHost += chunk }
+            // Onto the end of `toHost`, which keeps its storage from batch to batch.
+            if host.stack!.read(r.id, maximum: buffer.count - r.toHost.count, appendingTo: &r.toHost, now: now) == 0 { return }
         }
     }
 
@@ -257,15 +267,14 @@ final class RelayTable {
                     r.toHostStart = 0
                 }
                 if r.stackEOF || !r.stackEstablished { break }
-                let chunk = host.stack!.read(r.id, maximum: buffer.count, now: now)
-                if chunk.isEmpty {
+                // `toHost` is empty here (all sent), its storage kept.
+                if host.stack!.read(r.id, maximum: buffer.count, appendingTo: &r.toHost, now: now) == 0 {
                     if host.stack!.atEndOfStream(r.id) {
                         r.stackEOF = true
                         shutdown(r.fd, Int32(SHUT_WR))
                     }
                     break
                 }
-                r.toHost = chunk
                 r.toHostStart = 0
             }
             // The host's bytes wait in its socket until our send buffer has room.

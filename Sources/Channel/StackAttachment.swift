@@ -70,6 +70,7 @@ public final class StackAttachment: NetworkAttachment {
     private var connectionOwners: [ConnectionID: StackApplication] = [:]
     private var ping: Ping?
     private var serving = false
+    private var eventBuffer: [StackEvent] = []
 
     struct Ping {
         var target: IPv4Address
@@ -226,6 +227,18 @@ public final class StackAttachment: NetworkAttachment {
         return stack?.takeOutgoing() ?? []
     }
 
+    public func takeOutgoing(now: Instant, into packets: inout [[UInt8]]) {
+        serve(now: now)
+        endBatch(now: now)
+        packets.removeAll(keepingCapacity: true)
+        stack?.takeOutgoing(into: &packets)
+    }
+
+    public func recycle(_ packets: inout [[UInt8]]) {
+        stack?.recycle(&packets)
+        packets.removeAll(keepingCapacity: true)
+    }
+
     /// True from the first packet of a batch a line read brings until its output is taken:
     /// applications may hold what they send to host sockets meanwhile, so that a batch of
     /// segments for one connection leaves in one send (not one send per segment).
@@ -277,7 +290,15 @@ public final class StackAttachment: NetworkAttachment {
         serving = true
         defer { serving = false }
         for _ in 0..<8 {
-            let events = stack?.takeEvents() ?? []
+            // The buffer is taken out while it is read and put back emptied: one array for
+            // every batch (`IPStack.takeEvents(into:)`).
+            var events = eventBuffer
+            eventBuffer = []
+            stack?.takeEvents(into: &events)
+            defer {
+                events.removeAll(keepingCapacity: true)
+                eventBuffer = events
+            }
             for event in events {
                 switch event {
                 case let .acceptable(port):

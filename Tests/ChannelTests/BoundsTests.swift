@@ -493,6 +493,41 @@ extension BoundsTests {
         #expect(decoder.counters.droppedFrames == 0)
     }
 
+    /// Frames encoded straight into the queue share their flags (RFC 1662 §4.1) and keep
+    /// their boundaries: a control frame still waits for the end of the frame begun.
+    @Test func framesEncodedIntoTheQueueShareFlagsAndKeepTheirBoundaries() throws {
+        let encoder = HDLCEncoder()
+        let echo = encoder.encode(protocol: ProtocolNumber.lcp, information: [9, 1, 0, 8, 0xDE, 0xAD, 0xBE, 0xEF])
+        var queue = LineOutputQueue()
+        for i in 0..<3 {
+            let appended = queue.appendDataFrame { out in
+                encoder.encode(protocol: ProtocolNumber.ipv4, information: [UInt8](repeating: UInt8(i), count: 500), into: &out)
+                return true
+            }
+            #expect(appended)
+        }
+        #expect(!queue.appendDataFrame { _ in false })
+        let one = encoder.encode(protocol: ProtocolNumber.ipv4, information: [UInt8](repeating: 0, count: 500))
+        #expect(queue.dataCount == 3 * one.count - 2, "the second and third frames open on the flag before them")
+        var line: [UInt8] = []
+        func write(upTo n: Int) {
+            let chunk = queue.next
+            let taken = min(n, chunk.count)
+            line += chunk.prefix(taken)
+            queue.written(taken)
+        }
+        write(upTo: 100)
+        queue.append(control: echo)
+        #expect(queue.next.count == one.count - 100)
+        while !queue.isEmpty { write(upTo: 10_000) }
+        var decoder = HDLCDecoder()
+        let frames = decoder.decode(line)
+        #expect(frames.map(\.protocol) == [ProtocolNumber.ipv4, ProtocolNumber.lcp, ProtocolNumber.ipv4, ProtocolNumber.ipv4])
+        #expect(frames.map { $0.information.first } == [0, 9, 1, 2])
+        #expect(frames.map(\.information.count) == [500, 8, 500, 500])
+        #expect(decoder.counters.droppedFrames == 0)
+    }
+
     @Test func anEchoRequestGeneratedWhileTheLineQueueHoldsIPDataIsWrittenBeforeThatData() async throws {
         let directory = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
