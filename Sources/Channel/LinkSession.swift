@@ -448,7 +448,9 @@ struct LineOutputQueue {
     private var data: [UInt8] = []
     private var dataStart = 0
     /// The lengths of the IP frames in `data`, oldest first from `frameStart`; the oldest has
-    /// `headWritten` bytes on the line already.
+    /// `headWritten` bytes on the line already. A frame encoded onto the end of another that
+    /// is not yet written shares its flag (`appendDataFrame`), and its length leaves it out;
+    /// once `data` is all written it is emptied, so the next frame opens with its own.
     private var frameLengths: [Int] = []
     private var frameStart = 0
     private var headWritten = 0

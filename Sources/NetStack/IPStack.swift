@@ -153,7 +153,7 @@ public struct IPStack: Sendable {
     private var udpSockets: [UInt16: [(TCPEndpoint, [UInt8])]] = [:]
     private var outgoing: [[UInt8]] = []
     /// Arrays of packets already sent, handed back (`recycle`) for the next segments.
-    private var packetPool = BufferPool()
+    private var packetPool = BufferPool(limit: 64, smallest: 2048)
     private var events: [StackEvent] = []
     private var nextConnection = 1
     private var nextEphemeralPort: UInt16
@@ -239,7 +239,8 @@ public struct IPStack: Sendable {
             return
         }
         var header = parsed
-        // A slice of the packet: TCP's bytes are copied once, into the receive buffer.
+        // A slice of the packet: an in-order TCP segment's bytes are copied once, into the
+        // receive buffer (fragments are copied for reassembly, out-of-order segments to be held).
         var payload = packet[header.headerLength..<header.totalLength]
         if header.isFragment {
             counterBase.fragmentsReceived += 1

@@ -204,11 +204,14 @@ public struct PPPLink: Sendable {
         while offset < bytes.count {
             var frame: PPPFrame?
             var ipProtocol: UInt16?
-            var information = ipFastPath ? packetPool.take(capacity: 2048) : []
+            // Sized once the frame is known: a peer's run of tiny frames must not cost a
+            // full-sized array each.
+            var information = ipFastPath ? packetPool.take(capacity: 0) : []
             let damagedBefore = decoder.counters.droppedFrames
             offset += decoder.decode(UnsafeRawBufferPointer(rebasing: bytes[offset...]), stopAfterFrame: true) { decoded in
                 if ipFastPath && ProtocolNumber.isIPData(decoded.protocol) {
                     ipProtocol = decoded.protocol
+                    information.reserveCapacity(decoded.information.count)
                     information.append(contentsOf: decoded.information)
                 } else {
                     frame = decoded.frame
@@ -363,8 +366,9 @@ public struct PPPLink: Sendable {
         }
     }
 
-    /// An IPv4 or VJ frame's information field (RFC 1332, RFC 1144). A frame of a protocol
-    /// IPCP has not opened goes the way of any unknown protocol (`handle`).
+    /// An IPv4 or VJ frame's information field (RFC 1332, RFC 1144). IPv4 before IPCP is open
+    /// is dropped; VJ that IPCP did not negotiate goes the way of any unknown protocol
+    /// (`handle`: a Protocol-Reject).
     private mutating func handleIP(_ proto: UInt16, _ information: [UInt8], now: Instant) {
         switch proto {
         case ProtocolNumber.ipv4 where ipcp.state == .opened:

@@ -5,16 +5,22 @@
 ///
 /// Bounded both ways: at most `limit` buffers, each of at most `largest` bytes of capacity
 /// (what a peer's large packet grew is let go rather than kept); what is refused is counted.
+/// Every array it hands out has room for `smallest` bytes at least, so that one kept from a
+/// bare ACK serves a full segment next without growing.
 public struct BufferPool: Sendable {
     private var buffers: [[UInt8]] = []
     public let limit: Int
     public let largest: Int
+    public let smallest: Int
     /// Buffers handed back and let go: the pool was full, or they were too large.
     public private(set) var refused = 0
 
-    public init(limit: Int = 64, largest: Int = 16384) {
+    /// `largest` is compared with an array's capacity, which the allocator rounds up: give
+    /// it some slack over the largest packet meant to be kept.
+    public init(limit: Int = 64, largest: Int = 16384 + 1024, smallest: Int = 0) {
         self.limit = limit
         self.largest = largest
+        self.smallest = smallest
     }
 
     public var count: Int { buffers.count }
@@ -23,8 +29,13 @@ public struct BufferPool: Sendable {
     public mutating func take(capacity: Int) -> [UInt8] {
         var b = buffers.popLast() ?? []
         b.removeAll(keepingCapacity: true)
-        b.reserveCapacity(capacity)
+        b.reserveCapacity(Swift.max(capacity, smallest))
         return b
+    }
+
+    /// Lets every kept buffer go (their owner has gone idle).
+    public mutating func removeAll() {
+        buffers = []
     }
 
     /// Keeps `buffer` for a later `take`.

@@ -31,5 +31,14 @@ import Wire
         large.append(1)
         pool.give(large)
         #expect(pool.count == 1 && pool.refused == 3)
+        pool.removeAll()
+        #expect(pool.count == 0)
+    }
+
+    @Test func everyArrayHandedOutHasTheSmallestRoom() {
+        var pool = BufferPool(limit: 4, smallest: 2048)
+        pool.give([UInt8](repeating: 0, count: 40))
+        #expect(pool.take(capacity: 40).capacity >= 2048, "an ACK's array grows once, to serve a full segment after")
+        #expect(pool.take(capacity: 0).capacity >= 2048)
     }
 }

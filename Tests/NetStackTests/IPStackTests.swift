@@ -218,6 +218,8 @@ enum Peer {
         }
         #expect(sent == data)
         #expect(rounds > 2)
+        // All acknowledged: the connection keeps no payload arrays while idle.
+        #expect(try #require(s.connection(id)).payloadPool.count == 0)
     }
 
     @Test func acknowledgedAtCollectionOneACKAnswersABatchWithTheWindowReopened() throws {

@@ -346,6 +346,7 @@ func isLCP(_ code: UInt8) -> (PPPFrame) -> Bool {
         var received: [[UInt8]] = []
         p.b.takeReceivedIPPackets(into: &received)
         #expect(received == packets)
+        #expect(received.allSatisfy { $0.capacity < 256 }, "a tiny frame costs a tiny array, not a full-sized one")
         p.run(for: .zero)
         #expect(rejects.count == 1 && p.b.unknownProtocolFrames == 1)
         #expect(rejects.first.map { Array($0.information[4...5]) } == [0x00, 0x2D])

@@ -136,8 +136,10 @@ public struct TCPConnection: Sendable {
     let timestampOffset: UInt32
 
     var outgoing: [TCPSegment] = []
-    /// Arrays of segments already collected, for the payloads of the next ones.
-    var payloadPool = BufferPool(limit: 8)
+    /// Arrays of segments already collected, for the payloads of the next ones. Segment-sized
+    /// (larger ones are let go) and emptied once everything sent is acknowledged, so an idle
+    /// connection keeps none.
+    var payloadPool = BufferPool(limit: 8, largest: 4096)
     var events: [TCPEvent] = []
     var writeBlocked = false
     /// The application called `close`: it reads no more.

@@ -269,6 +269,8 @@ extension TCPConnection {
         var dataAcked = acked
         if let f = finSequence, ack > f { dataAcked -= 1 }
         sendBuffer.removeFirst(dataAcked)
+        // All sent is acknowledged: the connection may go idle for long, with nothing to send.
+        if sendBuffer.isEmpty { payloadPool.removeAll() }
         sendUnacknowledged = ack
         if sendNext < ack { sendNext = ack }
         retransmissions = 0
