@@ -471,8 +471,12 @@ public struct IPStack: Sendable {
 
     public var pollAt: Instant? {
         var t = reassembly.pollAt
-        for c in connections.values {
-            if let p = c.pollAt { t = t.map { min($0, p) } ?? p }
+        // Through the indices: asked every loop turn, and `for c in connections.values` would
+        // copy each connection (a retain and a release for every array it holds).
+        var i = connections.values.startIndex
+        while i != connections.values.endIndex {
+            if let p = connections.values[i].pollAt { t = t.map { min($0, p) } ?? p }
+            connections.values.formIndex(after: &i)
         }
         return t
     }

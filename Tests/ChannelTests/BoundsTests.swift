@@ -282,7 +282,8 @@ struct BoundsTests {
         let port = Host.freePort()
         let rig = try PtyRig { $0.connectionUserTimeout = .seconds(2) }
         let sink = ClosedWindowSink(port: port)
-        rig.terminal.loop.sync { rig.terminal.add(sink) }
+        let terminal = rig.terminal
+        await terminal.loop.perform { terminal.add(sink) }
         _ = try await rig.open()
         try rig.channel.addBridge(.hostToTerminalLocal, port: port)
         guard case let .success(client) = Host.connect(TCPEndpoint(IPv4Address(127, 0, 0, 1), port)) else { Issue.record("connect"); return }

@@ -211,7 +211,7 @@ import ChannelTestSupport
             return id
         }
 
-        let firstIDs = try loop.sync {
+        let firstIDs = try await loop.perform {
             Result { () throws -> [ConnectionID] in
                 try attachment.linkUp(result, mtu: 1500, now: loop.now)
                 _ = try ask("first.test")
@@ -220,7 +220,7 @@ import ChannelTestSupport
         }.get()
         try await waitUntil { asked.value.contains("first.test") }
         // The link renegotiates: a new stack whose ids start again, and a new client asking.
-        let (secondID, secondIDs) = try loop.sync {
+        let (secondID, secondIDs) = try await loop.perform {
             Result { () throws -> (ConnectionID, [ConnectionID]) in
                 attachment.linkDown()
                 terminal = IPStack(configuration: IPStackConfiguration(address: terminalAddress), seed: 3)
@@ -234,19 +234,24 @@ import ChannelTestSupport
         // The first lookup answers late, for an id the second client now has.
         gates.value["first.test"]?.signal()
         try await Task.sleep(for: .milliseconds(300))
-        loop.sync { shuttle() }
-        #expect(loop.sync { proxy.connections.isEmpty }, "the late answer connected a client that asked for something else")
-        let greeting = loop.sync { terminal.read(secondID, now: loop.now) }
+        await loop.perform { shuttle() }
+        #expect(await loop.perform { proxy.connections.isEmpty }, "the late answer connected a client that asked for something else")
+        let greeting = await loop.perform { terminal.read(secondID, now: loop.now) }
         #expect(greeting == [5, 0])
         // The second client's own answer (no address) is what it gets.
         gates.value["second.test"]?.signal()
-        try await waitUntil { loop.sync { () -> Bool in
-            shuttle()
-            return terminal.state(secondID) != .established || terminal.atEndOfStream(secondID)
-        } }
-        let refusal = loop.sync { terminal.read(secondID, now: loop.now) }
+        var finished = false
+        for _ in 0..<200 where !finished {
+            finished = await loop.perform { () -> Bool in
+                shuttle()
+                return terminal.state(secondID) != .established || terminal.atEndOfStream(secondID)
+            }
+            if !finished { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        #expect(finished)
+        let refusal = await loop.perform { terminal.read(secondID, now: loop.now) }
         #expect(refusal == SocksNegotiation.failureReply(for: .socks5, .hostUnreachable))
-        loop.sync { attachment.linkDown() }
+        await loop.perform { attachment.linkDown() }
     }
 
     /// The proxy must not reach this host's services through the addresses of its interfaces
@@ -261,8 +266,8 @@ import ChannelTestSupport
         let port = Host.freePort()
         let server = try LoopbackServer(port: port, mode: .hold, address: .any)
         defer { server.stop() }
-        let pair = try ProxyOnAStack()
-        let id = try pair.ask(address: hostAddress, port: port)
+        let pair = try await ProxyOnAStack()
+        let id = try await pair.ask(address: hostAddress, port: port)
         let reply = try await pair.reply(id)
         #expect(reply == [5, 0] + SocksNegotiation.failureReply(for: .socks5, .notAllowed), "\(hostAddress)")
         // The reason given: a special range where the address is in one (this machine's may be
@@ -271,8 +276,8 @@ import ChannelTestSupport
         let why = scope == .global ? "\(hostAddress) is an address of this host" : "\(scope) destination"
         #expect(pair.logs.value.contains { $0.hasPrefix("socks: \(hostAddress):\(port) refused: \(why)") }, "\(pair.logs.value)")
         #expect(server.acceptedCount == 0)
-        #expect(pair.loop.sync { pair.proxy.policyRefusals } == 1)
-        pair.close()
+        #expect(await pair.loop.perform { pair.proxy.policyRefusals } == 1)
+        await pair.close()
     }
 
     /// glibc reads these as numbers (inet_aton forms), without asking DNS: each is loopback or
@@ -281,17 +286,17 @@ import ChannelTestSupport
         let port = Host.freePort()
         let server = try LoopbackServer(port: port, mode: .hold)
         defer { server.stop() }
-        let pair = try ProxyOnAStack()
+        let pair = try await ProxyOnAStack()
         let names: [(String, String)] = [("0x7f.1", "loopback destination (127.0.0.1)"), ("2130706433", "loopback destination (127.0.0.1)"),
                                          ("127.1", "loopback destination (127.0.0.1)"), ("0", "this-network (0/8) destination (0.0.0.0)")]
         for (name, why) in names {
-            let id = try pair.ask(name: name, port: port)
+            let id = try await pair.ask(name: name, port: port)
             let reply = try await pair.reply(id)
             #expect(reply == [5, 0] + SocksNegotiation.failureReply(for: .socks5, .notAllowed), "\(name)")
             #expect(pair.logs.value.contains { $0.hasPrefix("socks: \(name):\(port) refused: \(why)") }, "\(name): \(pair.logs.value)")
         }
         #expect(server.acceptedCount == 0)
-        pair.close()
+        await pair.close()
     }
 
     /// A client asking for a slow name and resetting frees its outbound slot at once, but its
@@ -299,7 +304,7 @@ import ChannelTestSupport
     @Test func lookupsOfClientsThatResetStillCountAgainstTheCap() async throws {
         let gate = DispatchSemaphore(value: 0)
         let asked = Locked<[String]>([])
-        let pair = try ProxyOnAStack { proxy in
+        let pair = try await ProxyOnAStack { proxy in
             proxy.resolve = { name in
                 asked.mutate { $0.append(name) }
                 if name.hasPrefix("slow") { gate.wait() }
@@ -308,35 +313,35 @@ import ChannelTestSupport
         }
         let cap = SocksConfiguration().maximumConnections
         for i in 0..<cap {
-            let id = try pair.ask(name: "slow\(i).test", port: 443)
-            pair.reset(id)
+            let id = try await pair.ask(name: "slow\(i).test", port: 443)
+            await pair.reset(id)
         }
-        #expect(pair.loop.sync { pair.proxy.outbound } == 0, "the clients are gone")
-        #expect(pair.loop.sync { pair.proxy.lookupsRunning } == cap)
-        let refused = try pair.ask(name: "slow\(cap).test", port: 443)
+        #expect(await pair.loop.perform { pair.proxy.outbound } == 0, "the clients are gone")
+        #expect(await pair.loop.perform { pair.proxy.lookupsRunning } == cap)
+        let refused = try await pair.ask(name: "slow\(cap).test", port: 443)
         #expect(try await pair.reply(refused) == [5, 0] + SocksNegotiation.failureReply(for: .socks5, .generalFailure))
-        #expect(pair.loop.sync { pair.proxy.lookupRefusals } == 1)
+        #expect(await pair.loop.perform { pair.proxy.lookupRefusals } == 1)
         #expect(try await pair.waitUntil { asked.value.count == cap })
         #expect(!asked.value.contains("slow\(cap).test"))
         // Once the lookups come back, a name may be looked up again.
         for _ in 0..<cap { gate.signal() }
         #expect(try await pair.waitUntil { pair.proxy.lookupsRunning == 0 })
-        let later = try pair.ask(name: "fast.test", port: 443)
+        let later = try await pair.ask(name: "fast.test", port: 443)
         #expect(try await pair.reply(later) == [5, 0] + SocksNegotiation.failureReply(for: .socks5, .hostUnreachable))
-        pair.close()
+        await pair.close()
     }
 
     /// A terminal sending garbage again and again writes one line, not one a request.
     @Test func aFloodOfMalformedHandshakesWritesOneLogLine() async throws {
-        let pair = try ProxyOnAStack()
+        let pair = try await ProxyOnAStack()
         for _ in 0..<20 {
-            let id = try pair.connect()
-            pair.send(id, Array("GET / HTTP/1.0\r\n\r\n".utf8))
+            let id = try await pair.connect()
+            await pair.send(id, Array("GET / HTTP/1.0\r\n\r\n".utf8))
         }
         let lines = pair.logs.value.filter { $0.contains("not a SOCKS request") }
         #expect(lines.count == 1, "\(pair.logs.value)")
-        #expect(pair.loop.sync { pair.proxy.refusals } == 20)
-        pair.close()
+        #expect(await pair.loop.perform { pair.proxy.refusals } == 20)
+        await pair.close()
     }
 
     /// The first IPv4 address of an interface that is not loopback (getifaddrs(3)).
@@ -372,14 +377,15 @@ final class ProxyOnAStack: @unchecked Sendable {
     private var received: [ConnectionID: [UInt8]] = [:]
     let logs = Locked<[String]>([])
 
-    init(_ configuration: SocksConfiguration = SocksConfiguration(), setUp: (SocksProxy) -> Void = { _ in }) throws {
+    init(_ configuration: SocksConfiguration = SocksConfiguration(), setUp: (SocksProxy) -> Void = { _ in }) async throws {
         proxy = SocksProxy(configuration: configuration, loop: loop)
         proxy.log = { [logs] line in logs.mutate { $0.append(line) } }
         setUp(proxy)
         attachment = StackAttachment(seed: 1) { _ in }
         terminal = IPStack(configuration: IPStackConfiguration(address: terminalAddress), seed: 2)
         let result = IPCPResult(localAddress: ours, peerAddress: terminalAddress, dnsServers: [], netmask: IPv4Address(255, 255, 255, 255))
-        try loop.sync {
+        let (loop, attachment, proxy) = (loop, attachment, proxy)
+        try await loop.perform { [self] in
             Result { () throws -> Void in
                 attachment.add(proxy)
                 try attachment.linkUp(result, mtu: 1500, now: loop.now)
@@ -399,8 +405,8 @@ final class ProxyOnAStack: @unchecked Sendable {
     }
 
     /// A connection from the terminal to the proxy, established.
-    func connect() throws -> ConnectionID {
-        try loop.sync {
+    func connect() async throws -> ConnectionID {
+        try await loop.perform { [self] in
             Result { () throws -> ConnectionID in
                 let id = try terminal.connect(to: TCPEndpoint(ours, 1080), now: loop.now)
                 shuttle()
@@ -409,30 +415,30 @@ final class ProxyOnAStack: @unchecked Sendable {
         }.get()
     }
 
-    func send(_ id: ConnectionID, _ bytes: [UInt8]) {
-        loop.sync {
+    func send(_ id: ConnectionID, _ bytes: [UInt8]) async {
+        await loop.perform { [self] in
             _ = terminal.write(id, bytes, now: loop.now)
             shuttle()
         }
     }
 
     /// A SOCKS5 client (no authentication) asking for `name`:`port`.
-    func ask(name: String, port: UInt16) throws -> ConnectionID {
-        let id = try connect()
-        send(id, [5, 1, 0, 5, 1, 0, 3, UInt8(name.utf8.count)] + Array(name.utf8) + BigEndian.bytes(port))
+    func ask(name: String, port: UInt16) async throws -> ConnectionID {
+        let id = try await connect()
+        await send(id, [5, 1, 0, 5, 1, 0, 3, UInt8(name.utf8.count)] + Array(name.utf8) + BigEndian.bytes(port))
         return id
     }
 
     /// A SOCKS5 client (no authentication) asking for `address`:`port`.
-    func ask(address: IPv4Address, port: UInt16) throws -> ConnectionID {
-        let id = try connect()
-        send(id, [5, 1, 0, 5, 1, 0, 1] + address.bytes + BigEndian.bytes(port))
+    func ask(address: IPv4Address, port: UInt16) async throws -> ConnectionID {
+        let id = try await connect()
+        await send(id, [5, 1, 0, 5, 1, 0, 1] + address.bytes + BigEndian.bytes(port))
         return id
     }
 
     /// The client resets its connection.
-    func reset(_ id: ConnectionID) {
-        loop.sync {
+    func reset(_ id: ConnectionID) async {
+        await loop.perform { [self] in
             terminal.abort(id, now: loop.now)
             shuttle()
         }
@@ -455,7 +461,7 @@ final class ProxyOnAStack: @unchecked Sendable {
         let clock = ContinuousClock()
         let deadline = clock.now + limit
         while true {
-            let met = loop.sync { () -> Bool in
+            let met = await loop.perform { [self] () -> Bool in
                 shuttle()
                 return condition()
             }
@@ -465,7 +471,10 @@ final class ProxyOnAStack: @unchecked Sendable {
         }
     }
 
-    func close() { loop.sync { attachment.linkDown() } }
+    func close() async {
+        let attachment = attachment
+        await loop.perform { attachment.linkDown() }
+    }
 }
 
 /// The proxy's rules over a real link: a pty, the channel, a simulated terminal.
@@ -542,12 +551,16 @@ struct SocksPolicyChannelTests {
         let a = try await rig.open()
         let silent = SilentClient(target: TCPEndpoint(a.ip, 1080))
         let started = monotonicNow()
-        rig.terminal.loop.sync { rig.terminal.add(silent) }
+        let terminal = rig.terminal
+        await terminal.loop.perform { terminal.add(silent) }
         // Bounded loosely: the full suite runs the VM tests beside this one on two cores.
-        for _ in 0..<1200 where rig.terminal.loop.sync({ silent.closed }) == nil { try await Task.sleep(for: .milliseconds(50)) }
+        for _ in 0..<1200 {
+            if await terminal.loop.perform({ silent.closed }) != nil { break }
+            try await Task.sleep(for: .milliseconds(50))
+        }
         let elapsed = monotonicNow() - started
-        #expect(rig.terminal.loop.sync { silent.established })
-        #expect(rig.terminal.loop.sync { silent.closed } == .reset)
+        #expect(await terminal.loop.perform { silent.established })
+        #expect(await terminal.loop.perform { silent.closed } == .reset)
         #expect(elapsed >= .seconds(1), "reset before its timeout: \(elapsed)")
         #expect(rig.channel.status.proxyHandshakeTimeouts == 1)
         await rig.cleanUp()
