@@ -146,7 +146,7 @@ final class DNSRelay: StackApplication {
         }
     }
 
-    var pollAt: Instant? { queries.pollAt }
+    var pollAt: Instant? { inPlace(&queries) { $0.pollAt } }
 
     func poll(now: Instant) {
         for fd in queries.expire(now: now) { finish(fd) }

@@ -182,7 +182,7 @@ public final class LinkSession: LoopClient {
 
     public var pollAt: Instant? {
         guard downReason == nil else { return nil }
-        return earliest(link.pollAt, closeDeadline, attachment?.pollAt, readPausedSince.map { $0 + Self.maximumReadPause })
+        return earliest(inPlace(&link) { $0.pollAt }, closeDeadline, attachment?.pollAt, readPausedSince.map { $0 + Self.maximumReadPause })
     }
 
     public func service(now: Instant) {

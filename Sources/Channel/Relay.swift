@@ -211,7 +211,7 @@ final class RelayTable {
     private func readHost(_ r: Relay, now: Instant) {
         guard let host, host.stack != nil else { return }
         while !r.hostEOF && r.stackEstablished {
-            let room = host.stack!.writableBytes(r.id)
+            let room = host.writableBytes(r.id)
             guard room > 0 else {
                 host.stack!.notifyWhenWritable(r.id)
                 return
@@ -269,7 +269,7 @@ final class RelayTable {
                 if r.stackEOF || !r.stackEstablished { break }
                 // `toHost` is empty here (all sent), its storage kept.
                 if host.stack!.read(r.id, maximum: buffer.count, appendingTo: &r.toHost, now: now) == 0 {
-                    if host.stack!.atEndOfStream(r.id) {
+                    if host.atEndOfStream(r.id) {
                         r.stackEOF = true
                         shutdown(r.fd, Int32(SHUT_WR))
                     }
@@ -286,7 +286,7 @@ final class RelayTable {
             remove(r, reset: false)
             return
         }
-        let stackFinished = host.stack!.state(r.id).map { $0 == .closed } ?? true
+        let stackFinished = host.state(r.id).map { $0 == .closed } ?? true
         if stackFinished && r.stackEOF && r.pendingToHost == 0 {
             // The terminal's side finished while the host still had its direction open:
             // nothing the host sends can be carried any more.
@@ -324,7 +324,7 @@ final class RelayTable {
     private func wantedInterest(_ r: Relay) -> UInt32 {
         guard r.hostConnected else { return EPOLLOUT.rawValue }
         var e: UInt32 = 0
-        if !r.hostEOF && r.stackEstablished && (host?.stack?.writableBytes(r.id) ?? 0) > 0 { e |= EPOLLIN.rawValue }
+        if !r.hostEOF && r.stackEstablished && (host?.writableBytes(r.id) ?? 0) > 0 { e |= EPOLLIN.rawValue }
         if r.pendingToHost > 0 { e |= EPOLLOUT.rawValue }
         return e
     }

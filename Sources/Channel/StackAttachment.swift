@@ -72,10 +72,16 @@ public final class StackAttachment: NetworkAttachment {
     private var serving = false
     private var eventBuffer: [StackEvent] = []
 
-    struct Ping {
-        var target: IPv4Address
-        var count: Int
-        var interval: Duration
+    /// A class, so that `pollAt` (every turn) looks at its timers without copying its table.
+    final class Ping {
+        let target: IPv4Address
+        let count: Int
+        let interval: Duration
+        init(target: IPv4Address, count: Int, interval: Duration) {
+            self.target = target
+            self.count = count
+            self.interval = interval
+        }
         var sent = 0
         var received = 0
         var sentAt: [UInt16: Instant] = [:]
@@ -153,7 +159,10 @@ public final class StackAttachment: NetworkAttachment {
     public func shutdownWrite(_ id: ConnectionID, now: Instant) { stack?.shutdownWrite(id, now: now) }
     public func close(_ id: ConnectionID, now: Instant) { stack?.close(id, now: now) }
     public func abort(_ id: ConnectionID, now: Instant?) { stack?.abort(id, now: now) }
-    public func atEndOfStream(_ id: ConnectionID) -> Bool { stack?.atEndOfStream(id) ?? true }
+    public func atEndOfStream(_ id: ConnectionID) -> Bool { inPlace(&stack) { $0?.atEndOfStream(id) ?? true } }
+    /// What `id` may still be given to send (`IPStack.writableBytes`), 0 without a stack.
+    public func writableBytes(_ id: ConnectionID) -> Int { inPlace(&stack) { $0?.writableBytes(id) ?? 0 } }
+    public func state(_ id: ConnectionID) -> TCPState? { inPlace(&stack) { $0?.state(id) } }
     /// Bytes written to `id` that the peer has not acknowledged yet (sent or not).
     public func unacknowledgedBytes(_ id: ConnectionID) -> Int { stack?.connection(id)?.unacknowledgedBytes ?? 0 }
 
@@ -192,9 +201,8 @@ public final class StackAttachment: NetworkAttachment {
         // configured (pppd runs ip-up after IPCP opens) and would not answer it. After a
         // renegotiation only pings still to send are re-armed: a timer nobody serves would stay
         // in the past and keep the loop spinning.
-        if var p = ping, p.sent < p.count {
+        if let p = ping, p.sent < p.count {
             p.next = now + p.interval
-            ping = p
         }
     }
 
@@ -253,14 +261,15 @@ public final class StackAttachment: NetworkAttachment {
 
     public var pollAt: Instant? {
         // Ping timers are served only while the link is up (see `pingTick`).
-        var p = stack == nil ? nil : earliest(stack?.pollAt, ping?.next, ping?.deadline)
+        var p = inPlace(&stack) { $0?.pollAt }
+        if let ping, inPlace(&stack, { $0 != nil }) { p = earliest(p, ping.next, ping.deadline) }
         for a in applications { p = earliest(p, a.pollAt) }
         return p
     }
 
     public func poll(now: Instant) {
         endBatch(now: now)
-        if let p = stack?.pollAt, p <= now { stack?.poll(now: now) }
+        if let p = inPlace(&stack, { $0?.pollAt }), p <= now { stack?.poll(now: now) }
         for a in applications { if let p = a.pollAt, p <= now { a.poll(now: now) } }
         pingTick(now: now)
         serve(now: now)
@@ -324,8 +333,7 @@ public final class StackAttachment: NetworkAttachment {
     // MARK: Ping
 
     private func pingTick(now: Instant) {
-        guard var p = ping, stack != nil else { return }
-        defer { ping = p }
+        guard let p = ping, stack != nil else { return }
         // A timer that is due is served: cleared, or moved forward by a send; never left in the past.
         if let next = p.next, now >= next {
             p.next = nil
@@ -349,7 +357,7 @@ public final class StackAttachment: NetworkAttachment {
     }
 
     private func pingReply(from: IPv4Address, identifier: UInt16, sequence: UInt16, now: Instant) {
-        guard var p = ping, identifier == 0x5050, from == p.target, let sent = p.sentAt.removeValue(forKey: sequence) else { return }
+        guard let p = ping, identifier == 0x5050, from == p.target, let sent = p.sentAt.removeValue(forKey: sequence) else { return }
         p.received += 1
         let ms = Double((now - sent).nanoseconds) / 1e6
         output("ping \(from): icmp_seq=\(sequence) time=\(String(Int(ms * 10) / 10)).\(Int(ms * 10) % 10) ms")
@@ -358,6 +366,5 @@ public final class StackAttachment: NetworkAttachment {
             p.deadline = nil
             output("ping \(p.target): \(p.sent) sent, \(p.received) received")
         }
-        ping = p
     }
 }

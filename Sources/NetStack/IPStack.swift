@@ -140,7 +140,7 @@ public struct IPStack: Sendable {
     private var counterBase = StackCounters()
     private var closedConnections = TCPConnectionCounters()
     private var reassembly: FragmentReassembly
-    private var connections: [ConnectionID: TCPConnection] = [:]
+    private var connections = ConnectionTable()
     private var demux: [FourTuple: ConnectionID] = [:]
     private var listeners: [UInt16: Listener] = [:]
     /// Passive connections not yet handed out, by id: the port they arrived on.
@@ -207,13 +207,16 @@ public struct IPStack: Sendable {
         c.reassemblyTimeouts = reassembly.timedOut
         c.reassemblyDrops = reassembly.dropped
         c.reassemblyDropReasons = reassembly.drops
-        c.tcp = connections.values.reduce(closedConnections) { $0 + $1.counters }
+        c.tcp = closedConnections
+        for i in connections.positions { if let counters = connections.read(position: i, { $0.counters }) { c.tcp = c.tcp + counters } }
         return c
     }
 
     /// Bytes the stack holds for reassembly: IP fragments and out-of-order TCP segments.
     public var reassemblyBytes: (fragments: Int, outOfOrder: Int) {
-        (reassembly.bytesHeld, connections.values.reduce(0) { $0 + $1.outOfOrderBytes })
+        var outOfOrder = 0
+        for i in connections.positions { outOfOrder += connections.read(position: i) { $0.outOfOrderBytes } ?? 0 }
+        return (reassembly.bytesHeld, outOfOrder)
     }
 
     public var connectionCount: Int { connections.count }
@@ -471,12 +474,9 @@ public struct IPStack: Sendable {
 
     public var pollAt: Instant? {
         var t = reassembly.pollAt
-        // Through the indices: asked every loop turn, and `for c in connections.values` would
-        // copy each connection (a retain and a release for every array it holds).
-        var i = connections.values.startIndex
-        while i != connections.values.endIndex {
-            if let p = connections.values[i].pollAt { t = t.map { min($0, p) } ?? p }
-            connections.values.formIndex(after: &i)
+        // Asked every loop turn: each connection is read where it lies (`ConnectionTable`).
+        for i in connections.positions {
+            if let p = connections.read(position: i, { $0.pollAt }) ?? nil { t = t.map { min($0, p) } ?? p }
         }
         return t
     }
@@ -486,11 +486,9 @@ public struct IPStack: Sendable {
             // RFC 792: fragment reassembly time exceeded.
             sendICMPError(type: ICMPHeader.timeExceeded, code: 1, about: header, payload: firstBytes, now: now)
         }
-        // Through the values in place: no copy of the keys, no lookups (polling changes no keys).
-        var i = connections.values.startIndex
-        while i != connections.values.endIndex {
-            if let p = connections.values[i].pollAt, p <= now { connections.values[i].poll(now: now) }
-            connections.values.formIndex(after: &i)
+        // In place, without lookups (polling adds or removes no connection).
+        for i in connections.positions {
+            if let p = connections.read(position: i, { $0.pollAt }) ?? nil, p <= now { connections.modify(position: i) { $0.poll(now: now) } }
         }
         collectSegments(releasingAcks: true)
     }
@@ -570,62 +568,59 @@ extension IPStack {
     private mutating func register(_ conn: TCPConnection) -> ConnectionID {
         let id = ConnectionID(rawValue: nextConnection)
         nextConnection += 1
-        connections[id] = conn
+        connections.insert(conn, id: id)
         demux[FourTuple(localPort: conn.local.port, remote: conn.remote)] = id
         return id
     }
 
-    public func state(_ id: ConnectionID) -> TCPState? { connections[id]?.state }
-    public func connection(_ id: ConnectionID) -> TCPConnection? { connections[id] }
+    public func state(_ id: ConnectionID) -> TCPState? { connections.read(id) { $0.state } }
+    public func connection(_ id: ConnectionID) -> TCPConnection? { connections.copy(id) }
     public var connectionIDs: [ConnectionID] { connections.keys.sorted() }
 
     @discardableResult
     public mutating func write<C: Collection<UInt8>>(_ id: ConnectionID, _ bytes: C, now: Instant) -> Int {
-        guard connections[id] != nil else { return 0 }
-        return connections[id]!.write(bytes, now: now)
+        connections.modify(id) { $0.write(bytes, now: now) } ?? 0
     }
 
     /// A `.writable` event once the send buffer has room again (see `TCPConnection.notifyWhenWritable`).
-    public mutating func notifyWhenWritable(_ id: ConnectionID) { connections[id]?.notifyWhenWritable() }
+    public mutating func notifyWhenWritable(_ id: ConnectionID) { connections.modify(id) { $0.notifyWhenWritable() } }
 
     public mutating func read(_ id: ConnectionID, maximum: Int = .max, now: Instant) -> [UInt8] {
-        guard connections[id] != nil else { return [] }
-        return connections[id]!.read(maximum: maximum, now: now)
+        connections.modify(id) { $0.read(maximum: maximum, now: now) } ?? []
     }
 
     /// `read` onto the end of the caller's buffer; returns how many bytes came.
     @discardableResult
     public mutating func read(_ id: ConnectionID, maximum: Int = .max, appendingTo out: inout [UInt8], now: Instant) -> Int {
-        guard connections[id] != nil else { return 0 }
-        return connections[id]!.read(maximum: maximum, appendingTo: &out, now: now)
+        connections.modify(id) { $0.read(maximum: maximum, appendingTo: &out, now: now) } ?? 0
     }
 
-    public func writableBytes(_ id: ConnectionID) -> Int { connections[id]?.writableBytes ?? 0 }
-    public func readableBytes(_ id: ConnectionID) -> Int { connections[id]?.readableBytes ?? 0 }
+    public func writableBytes(_ id: ConnectionID) -> Int { connections.read(id) { $0.writableBytes } ?? 0 }
+    public func readableBytes(_ id: ConnectionID) -> Int { connections.read(id) { $0.readableBytes } ?? 0 }
     /// True once the peer's FIN is read past, or the connection is gone.
-    public func atEndOfStream(_ id: ConnectionID) -> Bool { connections[id].map { $0.atEndOfStream || $0.state == .closed } ?? true }
+    public func atEndOfStream(_ id: ConnectionID) -> Bool { connections.read(id) { $0.atEndOfStream || $0.state == .closed } ?? true }
 
     public mutating func shutdownWrite(_ id: ConnectionID, now: Instant) {
-        connections[id]?.shutdownWrite(now: now)
+        connections.modify(id) { $0.shutdownWrite(now: now) }
     }
 
     /// Full close; the stack forgets the connection once it has finished.
     public mutating func close(_ id: ConnectionID, now: Instant) {
-        guard connections[id] != nil else { return }
+        guard connections.contains(id) else { return }
         released.insert(id)
-        connections[id]!.close(now: now)
+        connections.modify(id) { $0.close(now: now) }
     }
 
     public mutating func abort(_ id: ConnectionID, now: Instant?) {
-        guard connections[id] != nil else { return }
+        guard connections.contains(id) else { return }
         released.insert(id)
-        connections[id]!.abort(now: now ?? .zero)
+        connections.modify(id) { $0.abort(now: now ?? .zero) }
     }
 
-    public mutating func setNagle(_ id: ConnectionID, _ on: Bool, now: Instant) { connections[id]?.setNagle(on, now: now) }
-    public mutating func setDelayedAck(_ id: ConnectionID, _ delay: Duration?) { connections[id]?.setDelayedAck(delay) }
-    public mutating func setKeepAlive(_ id: ConnectionID, _ keepAlive: TCPKeepAlive?) { connections[id]?.setKeepAlive(keepAlive) }
-    public mutating func setUserTimeout(_ id: ConnectionID, _ timeout: Duration?) { connections[id]?.setUserTimeout(timeout) }
+    public mutating func setNagle(_ id: ConnectionID, _ on: Bool, now: Instant) { connections.modify(id) { $0.setNagle(on, now: now) } }
+    public mutating func setDelayedAck(_ id: ConnectionID, _ delay: Duration?) { connections.modify(id) { $0.setDelayedAck(delay) } }
+    public mutating func setKeepAlive(_ id: ConnectionID, _ keepAlive: TCPKeepAlive?) { connections.modify(id) { $0.setKeepAlive(keepAlive) } }
+    public mutating func setUserTimeout(_ id: ConnectionID, _ timeout: Duration?) { connections.modify(id) { $0.setUserTimeout(timeout) } }
 
     private mutating func receiveTCP(_ ip: IPv4Header, _ segment: ArraySlice<UInt8>, now: Instant) {
         let pseudo = InternetChecksum.pseudoHeaderSum(source: ip.source, destination: ip.destination, protocol: IPProtocol.tcp, length: segment.count)
@@ -641,8 +636,11 @@ extension IPStack {
         let remote = TCPEndpoint(ip.source, h.sourcePort)
         if h.flags.contains(.rst) { counterBase.tcpResetsReceived += 1 }
         if let id = demux[FourTuple(localPort: h.destinationPort, remote: remote)] {
-            if configuration.acknowledgeAtCollection { connections[id]!.holdAcks(now: now) }
-            connections[id]!.receive(h, payload: payload, now: now)
+            let hold = configuration.acknowledgeAtCollection
+            connections.modify(id) { c in
+                if hold { c.holdAcks(now: now) }
+                c.receive(h, payload: payload, now: now)
+            }
             return
         }
         if h.flags.contains(.syn) && !h.flags.contains(.ack) && !h.flags.contains(.rst), var listener = listeners[h.destinationPort] {
@@ -690,23 +688,23 @@ extension IPStack {
     /// `releasingAcks`: ACKs held while segments came in go now (the caller takes the output).
     private mutating func collectSegments(releasingAcks: Bool = false) {
         var finished: [ConnectionID] = []
-        // Through the dictionary's indices in place: no copy of the keys or of a connection,
-        // and no lookups (nothing here adds or removes a connection until the loop is over).
-        var i = connections.values.startIndex
-        while i != connections.values.endIndex {
-            defer { connections.values.formIndex(after: &i) }
-            if releasingAcks { connections.values[i].releaseHeldAck() }
-            if !connections.values[i].hasPending && connections.values[i].state != .closed { continue }
-            let id = connections.keys[i]
-            let local = connections.values[i].local.address, remote = connections.values[i].remote.address
-            // Read in place, then emptied with their storage kept (`clearPending`): the
-            // copies here end with this scope, so the arrays are no longer shared by then.
-            do {
-                let segments = connections.values[i].pendingSegments
-                let connEvents = connections.values[i].pendingEvents
-                for s in segments {
-                    if s.header.flags.contains(.rst) { counterBase.tcpResetsSent += 1 }
-                    sendTCP(s, from: local, to: remote)
+        // In place, without lookups (nothing here adds or removes a connection until the loop
+        // is over).
+        for i in connections.positions {
+            guard let id = connections.id(at: i) else { continue }
+            if releasingAcks { connections.modify(position: i) { $0.releaseHeldAck() } }
+            guard let c = connections.read(position: i, { (pending: $0.hasPending, closed: $0.state == .closed) }),
+                  c.pending || c.closed else { continue }
+            if c.pending {
+                // Read in place, then emptied with their storage kept (`clearPending`): the
+                // copies here end with this scope, so the arrays are no longer shared by then.
+                let segments = connections.read(position: i) { $0.pendingSegments } ?? []
+                let connEvents = connections.read(position: i) { $0.pendingEvents } ?? []
+                if !segments.isEmpty, let (local, remote) = connections.read(position: i, { ($0.local.address, $0.remote.address) }) {
+                    for s in segments {
+                        if s.header.flags.contains(.rst) { counterBase.tcpResetsSent += 1 }
+                        sendTCP(s, from: local, to: remote)
+                    }
                 }
                 for e in connEvents {
                     if let port = pendingAccept[id] {
@@ -723,9 +721,8 @@ extension IPStack {
                     events.append(.tcp(id, e))
                 }
             }
-            connections.values[i].clearPending()
-            if connections.values[i].state == .closed
-                && (released.contains(id) || pendingAccept[id] != nil || connections.values[i].readableBytes == 0) {
+            connections.modify(position: i) { $0.clearPending() }
+            if c.closed && (released.contains(id) || pendingAccept[id] != nil || connections.read(position: i, { $0.readableBytes }) == 0) {
                 finished.append(id)
             }
         }

@@ -212,3 +212,35 @@ import Testing
         #expect(TCPTimer.allCases == [.timeWait, .finWait2, .userTimeout, .retransmit, .persist, .keepAlive, .delayedAck])
     }
 }
+
+@Suite struct ConnectionTableTests {
+    static func connection(port: UInt16) -> TCPConnection {
+        TCPConnection(local: TCPEndpoint(Peer.us, port), remote: TCPEndpoint(Peer.them, 80), initialSequence: SequenceNumber(1),
+                      configuration: TCPConfiguration(), now: .zero)
+    }
+
+    @Test func connectionsAreReadAndChangedInPlaceAndSlotsAreReused() {
+        var table = ConnectionTable()
+        let ids = (1...3).map { ConnectionID(rawValue: $0) }
+        for (n, id) in ids.enumerated() { table.insert(Self.connection(port: UInt16(1000 + n)), id: id) }
+        #expect(table.count == 3 && table.positions.count == 3)
+        #expect(table.read(ids[1]) { $0.local.port } == 1001)
+        #expect(table.read(ConnectionID(rawValue: 99)) { $0.local.port } == nil)
+        // A change happens where the connection lies.
+        #expect(table.modify(ids[0]) { $0.write([1, 2, 3], now: .zero) } == 3)
+        #expect(table.read(ids[0]) { $0.unacknowledgedBytes } == 3)
+        #expect(table.modify(ConnectionID(rawValue: 99)) { $0.write([1], now: .zero) } == nil)
+        // A freed slot in the middle is reused; freed slots at the end are let go.
+        #expect(table.removeValue(forKey: ids[1])?.local.port == 1001)
+        #expect(!table.contains(ids[1]) && table.positions.count == 3 && table.id(at: 1) == nil)
+        let fourth = ConnectionID(rawValue: 4)
+        table.insert(Self.connection(port: 1003), id: fourth)
+        #expect(table.id(at: 1) == fourth && table.positions.count == 3)
+        table.removeValue(forKey: ids[2])
+        table.removeValue(forKey: fourth)
+        #expect(table.positions.count == 1 && table.count == 1)
+        #expect(table.read(position: 0) { $0.local.port } == 1000)
+        table.removeValue(forKey: ids[0])
+        #expect(table.isEmpty && table.positions.isEmpty)
+    }
+}

@@ -1,0 +1,97 @@
+/// The stack's TCP connections by id, kept in an array so that a connection is read and
+/// changed where it lies. A `Dictionary`'s subscript getter returns a copy of its value (for a
+/// connection: a retain and a release of every buffer it holds), and the stack asks its
+/// connections something many times on every turn of the loop (`writableBytes`, `pollAt`,
+/// `state`). Here a read borrows the connection and a change happens where it lies.
+///
+/// Freed slots are reused, so the array is as long as the most connections held at once
+/// (`IPStackConfiguration.maximumConnections` bounds that).
+struct ConnectionTable: Sendable {
+    private var slots: [TCPConnection?] = []
+    private var ids: [ConnectionID?] = []
+    private var slotOf: [ConnectionID: Int] = [:]
+    private var free: [Int] = []
+
+    var count: Int { slotOf.count }
+    var isEmpty: Bool { slotOf.isEmpty }
+    var keys: Dictionary<ConnectionID, Int>.Keys { slotOf.keys }
+
+    /// `body` on the connection `id` where it lies; nil when there is none. (Closures rather
+    /// than `_read`/`_modify` accessors: a coroutine's frame is allocated on the heap when it
+    /// is not inlined, once per access.)
+    func read<R>(_ id: ConnectionID, _ body: (borrowing TCPConnection) -> R) -> R? {
+        guard let i = slotOf[id] else { return nil }
+        return read(position: i, body)
+    }
+
+    mutating func modify<R>(_ id: ConnectionID, _ body: (inout TCPConnection) -> R) -> R? {
+        guard let i = slotOf[id] else { return nil }
+        return body(&slots[i]!)
+    }
+
+    func contains(_ id: ConnectionID) -> Bool { slotOf[id] != nil }
+
+    /// The connection `id`, copied (for callers outside the stack).
+    func copy(_ id: ConnectionID) -> TCPConnection? { slotOf[id].flatMap { slots[$0] } }
+
+    mutating func insert(_ c: TCPConnection, id: ConnectionID) {
+        if let i = slotOf[id] {
+            slots[i] = c
+        } else if let i = free.popLast() {
+            slots[i] = c
+            ids[i] = id
+            slotOf[id] = i
+        } else {
+            slotOf[id] = slots.count
+            slots.append(c)
+            ids.append(id)
+        }
+    }
+
+    @discardableResult
+    mutating func removeValue(forKey id: ConnectionID) -> TCPConnection? {
+        guard let i = slotOf[id] else { return nil }
+        let c = slots[i]
+        release(i, id)
+        return c
+    }
+
+    // MARK: Walking every connection in place
+
+    /// Slot positions: those holding a connection have an `id(at:)`.
+    var positions: Range<Int> { slots.indices }
+
+    func id(at position: Int) -> ConnectionID? { ids[position] }
+
+    func read<R>(position: Int, _ body: (borrowing TCPConnection) -> R) -> R? {
+        slots.withUnsafeBufferPointer { s in
+            guard s[position] != nil else { return nil }
+            return body(s[position]!)
+        }
+    }
+
+    mutating func modify<R>(position: Int, _ body: (inout TCPConnection) -> R) -> R? {
+        guard slots[position] != nil else { return nil }
+        return body(&slots[position]!)
+    }
+
+    // MARK: Bookkeeping
+
+    private mutating func release(_ i: Int, _ id: ConnectionID) {
+        slots[i] = nil
+        ids[i] = nil
+        slotOf[id] = nil
+        // Trailing free slots go, so the array shrinks back as connections end.
+        if i == slots.count - 1 {
+            slots.removeLast()
+            ids.removeLast()
+            while let last = slots.last, last == nil {
+                slots.removeLast()
+                ids.removeLast()
+            }
+            free.removeAll { $0 >= slots.count }
+        } else {
+            free.append(i)
+        }
+    }
+}
