@@ -85,11 +85,11 @@ public final class DiagnosticServices: StackApplication {
                     s.pending.removeFirst(n)
                     if !s.pending.isEmpty { break }
                 }
-                let chunk = host.stack!.read(id, maximum: max(host.stack!.writableBytes(id), 1), now: now)
+                let chunk = host.stack!.read(id, maximum: max(host.writableBytes(id), 1), now: now)
                 if chunk.isEmpty { break }
                 s.pending = chunk
             }
-            if s.pending.isEmpty && host.stack!.atEndOfStream(id) && !s.peerDone {
+            if s.pending.isEmpty && host.atEndOfStream(id) && !s.peerDone {
                 s.peerDone = true
                 host.stack!.close(id, now: now)
             }
@@ -102,7 +102,7 @@ public final class DiagnosticServices: StackApplication {
             fallthrough
         case .discard:
             while !host.stack!.read(id, now: now).isEmpty {}
-            if host.stack!.atEndOfStream(id) && !s.peerDone {
+            if host.atEndOfStream(id) && !s.peerDone {
                 s.peerDone = true
                 host.stack!.close(id, now: now)
             }

@@ -342,7 +342,7 @@ final class TerminalTransfers: StackApplication {
             }
         }
         // The peer may finish its side first; ours closes once the whole payload is written.
-        if host.stack!.atEndOfStream(id) && (job.shutDown || job.socksReplyNeeded > 0) {
+        if host.atEndOfStream(id) && (job.shutDown || job.socksReplyNeeded > 0) {
             if job.socksReplyNeeded > 0 {
                 // Refused before a whole reply: what came is the refusal.
                 host.stack!.close(id, now: now)
@@ -354,7 +354,7 @@ final class TerminalTransfers: StackApplication {
             host.stack!.close(id, now: now)
         }
         // Both directions finished: done, without waiting out TIME-WAIT.
-        if job.shutDown, host.stack!.atEndOfStream(id), let state = host.stack!.state(id), state == .timeWait {
+        if job.shutDown, host.atEndOfStream(id), let state = host.state(id), state == .timeWait {
             jobs[id] = nil
             job.completion(TransferResult(sent: max(0, job.offset - job.prefixLength), received: job.received, outcome: "closed"))
         }

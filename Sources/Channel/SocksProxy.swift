@@ -351,7 +351,7 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         guard let host, host.stack != nil, var h = negotiating[id] else { return }
         let bytes = host.stack!.read(id, maximum: SocksNegotiation.maximumHandshakeBytes + 1, now: now)
         if bytes.isEmpty {
-            if host.stack!.atEndOfStream(id) {
+            if host.atEndOfStream(id) {
                 negotiating[id] = nil
                 host.stack!.close(id, now: now)
             }

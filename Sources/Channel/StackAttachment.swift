@@ -164,7 +164,7 @@ public final class StackAttachment: NetworkAttachment {
     public func writableBytes(_ id: ConnectionID) -> Int { inPlace(&stack) { $0?.writableBytes(id) ?? 0 } }
     public func state(_ id: ConnectionID) -> TCPState? { inPlace(&stack) { $0?.state(id) } }
     /// Bytes written to `id` that the peer has not acknowledged yet (sent or not).
-    public func unacknowledgedBytes(_ id: ConnectionID) -> Int { stack?.connection(id)?.unacknowledgedBytes ?? 0 }
+    public func unacknowledgedBytes(_ id: ConnectionID) -> Int { inPlace(&stack) { $0?.unacknowledgedBytes(id) ?? 0 } }
 
     public func bindUDP(port: UInt16, for owner: StackApplication) throws(StackError) {
         guard stack != nil else { throw StackError.tooManyConnections }

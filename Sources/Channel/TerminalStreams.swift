@@ -171,7 +171,7 @@ final class TerminalStreams: StackApplication {
             if chunk.isEmpty { break }
             s.onData?(chunk)
         }
-        if !s.closed, !s.endOfStreamSeen, host.atEndOfStream(id), host.stack!.state(id) != nil {
+        if !s.closed, !s.endOfStreamSeen, host.atEndOfStream(id), host.state(id) != nil {
             s.endOfStreamSeen = true
             s.onEndOfStream?()
         }

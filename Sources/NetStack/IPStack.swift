@@ -596,6 +596,8 @@ extension IPStack {
     }
 
     public func writableBytes(_ id: ConnectionID) -> Int { connections.read(id) { $0.writableBytes } ?? 0 }
+    /// Bytes written to `id` that the peer has not acknowledged yet (sent or not).
+    public func unacknowledgedBytes(_ id: ConnectionID) -> Int { connections.read(id) { $0.unacknowledgedBytes } ?? 0 }
     public func readableBytes(_ id: ConnectionID) -> Int { connections.read(id) { $0.readableBytes } ?? 0 }
     /// True once the peer's FIN is read past, or the connection is gone.
     public func atEndOfStream(_ id: ConnectionID) -> Bool { connections.read(id) { $0.atEndOfStream || $0.state == .closed } ?? true }
@@ -637,11 +639,14 @@ extension IPStack {
         if h.flags.contains(.rst) { counterBase.tcpResetsReceived += 1 }
         if let id = demux[FourTuple(localPort: h.destinationPort, remote: remote)] {
             let hold = configuration.acknowledgeAtCollection
-            connections.modify(id) { c in
+            let taken = connections.modify(id) { c in
                 if hold { c.holdAcks(now: now) }
                 c.receive(h, payload: payload, now: now)
             }
-            return
+            if taken != nil { return }
+            // A four-tuple left behind by a connection that is gone: forgotten, and the segment
+            // is treated as one for no connection.
+            demux[FourTuple(localPort: h.destinationPort, remote: remote)] = nil
         }
         if h.flags.contains(.syn) && !h.flags.contains(.ack) && !h.flags.contains(.rst), var listener = listeners[h.destinationPort] {
             let waiting = listener.live.count(where: { pendingAccept[$0] != nil })

@@ -385,7 +385,7 @@ final class ProxyOnAStack: @unchecked Sendable {
         terminal = IPStack(configuration: IPStackConfiguration(address: terminalAddress), seed: 2)
         let result = IPCPResult(localAddress: ours, peerAddress: terminalAddress, dnsServers: [], netmask: IPv4Address(255, 255, 255, 255))
         let (loop, attachment, proxy) = (loop, attachment, proxy)
-        try await loop.perform { [self] in
+        try await loop.perform {
             Result { () throws -> Void in
                 attachment.add(proxy)
                 try attachment.linkUp(result, mtu: 1500, now: loop.now)

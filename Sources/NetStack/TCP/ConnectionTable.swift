@@ -65,7 +65,8 @@ struct ConnectionTable: Sendable {
 
     func read<R>(position: Int, _ body: (borrowing TCPConnection) -> R) -> R? {
         slots.withUnsafeBufferPointer { s in
-            guard s[position] != nil else { return nil }
+            // Checked here: the buffer's own subscript is not, in a release build.
+            guard position >= 0, position < s.count, s[position] != nil else { return nil }
             return body(s[position]!)
         }
     }
