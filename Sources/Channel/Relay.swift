@@ -209,7 +209,7 @@ final class RelayTable {
     }
 
     private func readHost(_ r: Relay, now: Instant) {
-        guard let host, host.stack != nil else { return }
+        guard let host, host.stackIsUp else { return }
         while !r.hostEOF && r.stackEstablished {
             let room = host.writableBytes(r.id)
             guard room > 0 else {
@@ -241,7 +241,7 @@ final class RelayTable {
     }
 
     private func pump(_ r: Relay, now: Instant) {
-        guard let host, host.stack != nil, relays[r.id] != nil else { return }
+        guard let host, host.stackIsUp, relays[r.id] != nil else { return }
         if r.hostConnected && host.batching && !r.stackEOF && r.stackEstablished {
             // Within a batch: take what the stack has (its window reopens, the ACK at the
             // batch's end says so) and send it all at the end, in one send.

@@ -53,6 +53,10 @@ extension StackApplication {
 /// it can also ping through the link.
 public final class StackAttachment: NetworkAttachment {
     public internal(set) var stack: IPStack?
+    /// Whether `stack` is set, kept beside it: asked on every packet, and looking at an
+    /// optional struct in an object's property copies it. (No observer on `stack` instead:
+    /// that would turn every change made in place into a copy and a write back.)
+    private(set) var stackIsUp = false
     public private(set) var result: IPCPResult?
     public let tcp: TCPConfiguration
     /// Connections the stack holds at once, half-open ones included (nil: the stack's default).
@@ -191,9 +195,11 @@ public final class StackAttachment: NetworkAttachment {
         if result.transmitVJ != nil { c.tcp.timestamps = false }
         if let seed {
             stack = IPStack(configuration: c, seed: seed)
+            stackIsUp = true
         } else {
             var random = CSPRNG()
             stack = IPStack(configuration: c, random: &random)
+            stackIsUp = true
         }
         self.result = result
         for a in applications { a.start(self, now: now) }
@@ -211,6 +217,7 @@ public final class StackAttachment: NetworkAttachment {
         output("stack: " + (stack!.counters.description))
         for a in applications { a.stop() }
         stack = nil
+        stackIsUp = false
         batching = false
         result = nil
         portOwners = [:]
@@ -261,15 +268,15 @@ public final class StackAttachment: NetworkAttachment {
 
     public var pollAt: Instant? {
         // Ping timers are served only while the link is up (see `pingTick`).
-        var p = inPlace(&stack) { $0?.pollAt }
-        if let ping, inPlace(&stack, { $0 != nil }) { p = earliest(p, ping.next, ping.deadline) }
+        var p = stack?.pollAtInPlace()
+        if let ping, stackIsUp { p = earliest(p, ping.next, ping.deadline) }
         for a in applications { p = earliest(p, a.pollAt) }
         return p
     }
 
     public func poll(now: Instant) {
         endBatch(now: now)
-        if let p = inPlace(&stack, { $0?.pollAt }), p <= now { stack?.poll(now: now) }
+        if let p = stack?.pollAtInPlace(), p <= now { stack?.poll(now: now) }
         for a in applications { if let p = a.pollAt, p <= now { a.poll(now: now) } }
         pingTick(now: now)
         serve(now: now)
@@ -295,7 +302,7 @@ public final class StackAttachment: NetworkAttachment {
     /// Routes the stack's events to their owners, then lets every application move data.
     /// Applications may call back into the stack (and so cause more events) while serving.
     func serve(now: Instant) {
-        guard stack != nil, !serving else { return }
+        guard stackIsUp, !serving else { return }
         serving = true
         defer { serving = false }
         for _ in 0..<8 {
@@ -324,7 +331,7 @@ public final class StackAttachment: NetworkAttachment {
                     break
                 }
             }
-            guard stack != nil else { return }
+            guard stackIsUp else { return }
             for a in applications { a.step(now: now) }
             if events.isEmpty { return }
         }
@@ -333,7 +340,7 @@ public final class StackAttachment: NetworkAttachment {
     // MARK: Ping
 
     private func pingTick(now: Instant) {
-        guard let p = ping, stack != nil else { return }
+        guard let p = ping, stackIsUp else { return }
         // A timer that is due is served: cleared, or moved forward by a send; never left in the past.
         if let next = p.next, now >= next {
             p.next = nil

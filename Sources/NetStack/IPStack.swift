@@ -472,6 +472,18 @@ public struct IPStack: Sendable {
 
     // MARK: Time
 
+    /// `pollAt` through a mutating access, which reaches the stack and each connection where
+    /// they lie: the channel asks on every turn of the loop, and the getter, called on a stack
+    /// held in an object's property, first copies the whole stack (and each connection out of
+    /// the table), retaining and releasing every buffer in it.
+    public mutating func pollAtInPlace() -> Instant? {
+        var t = reassembly.pollAt
+        for i in connections.positions {
+            if let p = connections.modify(position: i, { $0.pollAt }) ?? nil { t = t.map { min($0, p) } ?? p }
+        }
+        return t
+    }
+
     public var pollAt: Instant? {
         var t = reassembly.pollAt
         // Asked every loop turn: each connection is read where it lies (`ConnectionTable`).
@@ -488,7 +500,9 @@ public struct IPStack: Sendable {
         }
         // In place, without lookups (polling adds or removes no connection).
         for i in connections.positions {
-            if let p = connections.read(position: i, { $0.pollAt }) ?? nil, p <= now { connections.modify(position: i) { $0.poll(now: now) } }
+            connections.modify(position: i) { c in
+                if let p = c.pollAt, p <= now { c.poll(now: now) }
+            }
         }
         collectSegments(releasingAcks: true)
     }

@@ -210,6 +210,9 @@ enum Peer {
             ack.acknowledgmentNumber = try #require(s.connection(id)).sendNext.rawValue
             s.receive(packet: Peer.tcp(ack), now: .milliseconds(Int64(rounds)))
             let before = s.pooledPacketBuffers
+            // The deadline read in place is the getter's (timers armed: retransmission, delayed ACK).
+            let deadline = s.pollAt
+            #expect(deadline != nil && s.pollAtInPlace() == deadline)
             s.takeOutgoing(into: &packets)
             if !packets.isEmpty {
                 #expect(s.pooledPacketBuffers == before - min(before, packets.count), "taken from the pool")
