@@ -26,5 +26,10 @@ else
     [ "$status" -ne 0 ] || status=$second
 fi
 set -e
-echo "tests: $(grep -cE '^✔ Test .* passed' "$log") passed, $(grep -cE '^✘ Test .* failed' "$log") failed"
+# Counted from swift-testing's own totals ("Test run with N tests"), not its per-test lines:
+# with suites printing in parallel, some of those lines go missing from the log.
+total=$(awk '$2 == "Test" && $3 == "run" && $4 == "with" && $5 ~ /^[0-9]+$/ { n += $5 } END { print n + 0 }' "$log")
+failed=$(grep -cE '^✘ Test .* failed' "$log" || true)
+echo "tests: $((total - failed)) passed, $failed failed"
+
 exit "$status"

@@ -457,6 +457,14 @@ extension BoundsTests {
         #expect(!queue.controlFits(1000, limit: 4096, reserve: 16 * 1024))
     }
 
+    /// A kernel that takes at most `n` bytes of what the queue offers, onto `line`.
+    static func write(_ queue: inout LineOutputQueue, upTo n: Int, onto line: inout [UInt8]) {
+        let chunk = queue.next
+        let taken = min(n, chunk.count)
+        line += chunk.prefix(taken)
+        queue.written(taken)
+    }
+
     @Test func aControlFrameQueuedBehindIPDataIsWrittenFirstButNeverInsideAFrameBegun() throws {
         let encoder = HDLCEncoder()
         let ip = (0..<3).map { i in encoder.encode(protocol: ProtocolNumber.ipv4, information: [UInt8](repeating: UInt8(i), count: 1000)) }
@@ -464,13 +472,7 @@ extension BoundsTests {
         var queue = LineOutputQueue()
         for f in ip { queue.append(dataFrame: f) }
         var line: [UInt8] = []
-        /// A kernel that takes at most `n` bytes of what is offered.
-        func write(upTo n: Int) {
-            let chunk = queue.next
-            let taken = min(n, chunk.count)
-            line += chunk.prefix(taken)
-            queue.written(taken)
-        }
+        func write(upTo n: Int) { Self.write(&queue, upTo: n, onto: &line) }
         write(upTo: 300)
         // The Echo-Request arrives with 2700 B of IP data queued, 300 B of the first frame on the line.
         queue.append(control: echo)
@@ -511,12 +513,7 @@ extension BoundsTests {
         let one = encoder.encode(protocol: ProtocolNumber.ipv4, information: [UInt8](repeating: 0, count: 500))
         #expect(queue.dataCount == 3 * one.count - 2, "the second and third frames open on the flag before them")
         var line: [UInt8] = []
-        func write(upTo n: Int) {
-            let chunk = queue.next
-            let taken = min(n, chunk.count)
-            line += chunk.prefix(taken)
-            queue.written(taken)
-        }
+        func write(upTo n: Int) { Self.write(&queue, upTo: n, onto: &line) }
         write(upTo: 100)
         queue.append(control: echo)
         #expect(queue.next.count == one.count - 100)
