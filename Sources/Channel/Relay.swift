@@ -267,7 +267,9 @@ final class RelayTable {
                     r.toHostStart = 0
                 }
                 if r.stackEOF || !r.stackEstablished { break }
-                // `toHost` is empty here (all sent), its storage kept.
+                // All of `toHost` is sent: emptied (its storage kept) before more is read onto it.
+                r.toHost.removeAll(keepingCapacity: true)
+                r.toHostStart = 0
                 if host.stack!.read(r.id, maximum: buffer.count, appendingTo: &r.toHost, now: now) == 0 {
                     if host.atEndOfStream(r.id) {
                         r.stackEOF = true
@@ -275,7 +277,6 @@ final class RelayTable {
                     }
                     break
                 }
-                r.toHostStart = 0
             }
             // The host's bytes wait in its socket until our send buffer has room.
             if !r.hostEOF && r.hostReadable { readHost(r, now: now) }

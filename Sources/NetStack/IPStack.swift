@@ -484,13 +484,10 @@ public struct IPStack: Sendable {
         return t
     }
 
+    /// When `poll` must next be called. (The channel asks `pollAtInPlace`, every turn.)
     public var pollAt: Instant? {
-        var t = reassembly.pollAt
-        // Asked every loop turn: each connection is read where it lies (`ConnectionTable`).
-        for i in connections.positions {
-            if let p = connections.read(position: i, { $0.pollAt }) ?? nil { t = t.map { min($0, p) } ?? p }
-        }
-        return t
+        var stack = self
+        return stack.pollAtInPlace()
     }
 
     public mutating func poll(now: Instant) {
