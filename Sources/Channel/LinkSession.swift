@@ -536,7 +536,10 @@ struct LineOutputQueue {
             frameLengths.removeAll(keepingCapacity: true)
             frameStart = 0
             headWritten = 0
-        } else if dataStart > 65536 {
+        } else if dataStart >= 65536 && dataStart >= data.count - dataStart {
+            // Compacted once what was written is at least what is left: the bytes moved are
+            // never more than those written since the last time, one copy per byte at most.
+            // (Compacting at every 64 KiB written moved a full queue's rest each time.)
             data.removeFirst(dataStart)
             dataStart = 0
             frameLengths.removeFirst(frameStart)
