@@ -140,7 +140,7 @@ final class DNSRelay: StackApplication {
             guard n > 0 else { return }
             guard let (client, answer) = queries.answer(Array(buffer[0..<n]), on: fd) else { continue }
             finish(fd)
-            guard host?.stack != nil else { return }
+            guard host?.stackIsUp == true else { return }
             host?.stack?.sendDatagram(from: DNSRelay.port, to: client, payload: answer, now: loop.now)
             return
         }

@@ -68,7 +68,7 @@ public final class DiagnosticServices: StackApplication {
     }
 
     public func step(now: Instant) {
-        guard host?.stack != nil else { return }
+        guard host?.stackIsUp == true else { return }
         let work = dirty
         dirty = []
         for id in work { step(id, now: now) }

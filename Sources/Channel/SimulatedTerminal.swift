@@ -234,7 +234,7 @@ final class TerminalTransfers: StackApplication {
     func start(_ host: StackAttachment, now: Instant) { self.host = host }
 
     func exchange(to target: TCPEndpoint, localPort: UInt16, payload: [UInt8], deadline: Instant, now: Instant, completion: @escaping ([UInt8]?) -> Void) {
-        guard let host, host.stack != nil, datagramWaiters[localPort] == nil else { return completion(nil) }
+        guard let host, host.stackIsUp, datagramWaiters[localPort] == nil else { return completion(nil) }
         do { try host.bindUDP(port: localPort, for: self) } catch { return completion(nil) }
         datagramWaiters[localPort] = (deadline, completion)
         host.stack!.sendDatagram(from: localPort, to: target, payload: payload, now: now)
@@ -265,7 +265,7 @@ final class TerminalTransfers: StackApplication {
     }
 
     func begin(target: TCPEndpoint, socks: TCPEndpoint?, name: String?, payload: [UInt8], now: Instant, completion: @escaping (TransferResult) -> Void) {
-        guard let host, host.stack != nil else {
+        guard let host, host.stackIsUp else {
             completion(TransferResult(sent: 0, received: [], outcome: "link not up"))
             return
         }
@@ -315,7 +315,7 @@ final class TerminalTransfers: StackApplication {
     }
 
     private func step(_ id: ConnectionID, now: Instant) {
-        guard let job = jobs[id], let host, host.stack != nil, job.established else { return }
+        guard let job = jobs[id], let host, host.stackIsUp, job.established else { return }
         if job.offset < job.payload.count {
             job.offset += host.stack!.write(id, job.payload[job.offset...], now: now)
         }

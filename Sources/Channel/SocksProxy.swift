@@ -348,7 +348,7 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
     }
 
     private func negotiate(_ id: ConnectionID, now: Instant) {
-        guard let host, host.stack != nil, var h = negotiating[id] else { return }
+        guard let host, host.stackIsUp, var h = negotiating[id] else { return }
         let bytes = host.stack!.read(id, maximum: SocksNegotiation.maximumHandshakeBytes + 1, now: now)
         if bytes.isEmpty {
             if host.atEndOfStream(id) {

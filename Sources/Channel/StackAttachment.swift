@@ -56,7 +56,7 @@ public final class StackAttachment: NetworkAttachment {
     /// Whether `stack` is set, kept beside it: asked on every packet, and looking at an
     /// optional struct in an object's property copies it. (No observer on `stack` instead:
     /// that would turn every change made in place into a copy and a write back.)
-    private(set) var stackIsUp = false
+    public private(set) var stackIsUp = false
     public private(set) var result: IPCPResult?
     public let tcp: TCPConfiguration
     /// Connections the stack holds at once, half-open ones included (nil: the stack's default).
@@ -105,7 +105,7 @@ public final class StackAttachment: NetworkAttachment {
     /// Adds an application; when the link is already up it starts at once.
     public func add(_ application: StackApplication, now: Instant? = nil) {
         applications.append(application)
-        if stack != nil, let now { application.start(self, now: now) }
+        if stackIsUp, let now { application.start(self, now: now) }
     }
 
     public func remove(_ application: StackApplication) {
@@ -121,7 +121,7 @@ public final class StackAttachment: NetworkAttachment {
     /// Listens on `port` for `owner`, holding at most `maximumConnections` there at once (a SYN
     /// beyond them is reset; nil: the stack's default per listener).
     public func listen(port: UInt16, for owner: StackApplication, maximumConnections: Int? = nil) throws(StackError) {
-        guard stack != nil else { throw StackError.tooManyConnections }
+        guard stackIsUp else { throw StackError.tooManyConnections }
         try stack!.listen(port: port, maximumConnections: maximumConnections)
         portOwners[port] = owner
     }
@@ -141,7 +141,7 @@ public final class StackAttachment: NetworkAttachment {
 
     /// Opens a connection from our address for `owner`.
     public func connect(to remote: TCPEndpoint, for owner: StackApplication, now: Instant) throws(StackError) -> ConnectionID {
-        guard stack != nil else { throw StackError.tooManyConnections }
+        guard stackIsUp else { throw StackError.tooManyConnections }
         let id = try stack!.connect(to: remote, now: now)
         connectionOwners[id] = owner
         if let t = connectionUserTimeout { stack?.setUserTimeout(id, t) }
@@ -171,7 +171,7 @@ public final class StackAttachment: NetworkAttachment {
     public func unacknowledgedBytes(_ id: ConnectionID) -> Int { inPlace(&stack) { $0?.unacknowledgedBytes(id) ?? 0 } }
 
     public func bindUDP(port: UInt16, for owner: StackApplication) throws(StackError) {
-        guard stack != nil else { throw StackError.tooManyConnections }
+        guard stackIsUp else { throw StackError.tooManyConnections }
         try stack!.bindUDP(port: port)
         udpOwners[port] = owner
     }
@@ -213,7 +213,7 @@ public final class StackAttachment: NetworkAttachment {
     }
 
     public func linkDown() {
-        guard stack != nil else { return }
+        guard stackIsUp else { return }
         output("stack: " + (stack!.counters.description))
         for a in applications { a.stop() }
         stack = nil

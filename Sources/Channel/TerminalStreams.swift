@@ -144,7 +144,7 @@ final class TerminalStreams: StackApplication {
     }
 
     fileprivate func pump(_ s: TerminalStream) {
-        guard let host, let id = s.id, streams[id] != nil, s.established, host.stack != nil else { return }
+        guard let host, let id = s.id, streams[id] != nil, s.established, host.stackIsUp else { return }
         let now = loop.now
         if s.outgoingStart < s.outgoing.count {
             let n = host.write(id, Array(s.outgoing[s.outgoingStart...]), now: now)
@@ -165,7 +165,7 @@ final class TerminalStreams: StackApplication {
 
     /// Reads what the stack holds for `s` into its callback, and its end of stream once.
     private func deliver(_ s: TerminalStream) {
-        guard let host, let id = s.id, host.stack != nil else { return }
+        guard let host, let id = s.id, host.stackIsUp else { return }
         while !s.closed {
             let chunk = host.read(id, maximum: 65536, now: loop.now)
             if chunk.isEmpty { break }
@@ -180,7 +180,7 @@ final class TerminalStreams: StackApplication {
     fileprivate func forget(_ s: TerminalStream, reset: Bool) {
         guard let id = s.id, streams.removeValue(forKey: id) != nil else { return }
         dirty.remove(id)
-        guard let host, host.stack != nil else { return }
+        guard let host, host.stackIsUp else { return }
         if reset {
             host.abort(id, now: loop.now)
         } else {

@@ -63,7 +63,7 @@ final class ReaderService: StackApplication {
     }
 
     func acceptable(port: UInt16, now: Instant) {
-        guard let host, host.stack != nil else { return }
+        guard let host, host.stackIsUp else { return }
         let stack = host
         while let id = host.accept(port: port, for: self) {
             if connection != nil {
@@ -110,7 +110,7 @@ final class ReaderService: StackApplication {
     }
 
     func step(now: Instant) {
-        guard let id = connection, let stack = host, stack.stack != nil else { return }
+        guard let id = connection, let stack = host, stack.stackIsUp else { return }
         while pending.count < ReaderService.readLimit {
             let chunk = stack.read(id, now: now)
             if chunk.isEmpty { break }
@@ -136,7 +136,7 @@ final class ReaderService: StackApplication {
     /// Reads a second connection's first message: the session's own token takes over, anything
     /// else is answered with a refusal and the connection closed.
     private func hearCandidate(_ id: ConnectionID, now: Instant) {
-        guard let stack = host, stack.stack != nil, var candidate = candidates[id] else { return }
+        guard let stack = host, stack.stackIsUp, var candidate = candidates[id] else { return }
         let chunk = stack.read(id, maximum: PaymentFrame.maximumLength + 4, now: now)
         let frames: [[UInt8]]
         do { frames = try candidate.decoder.feed(chunk) } catch {
@@ -262,7 +262,7 @@ final class ReaderService: StackApplication {
     var currentNow: () -> Instant = { .zero }
 
     func flush(now: Instant) {
-        guard let id = connection, let stack = host, stack.stack != nil else { return }
+        guard let id = connection, let stack = host, stack.stackIsUp else { return }
         if !pending.isEmpty {
             let n = stack.write(id, pending, now: now)
             pending.removeFirst(n)
@@ -279,7 +279,7 @@ final class ReaderService: StackApplication {
     /// A connection closed after its last frames counts until they are acknowledged: the
     /// terminal's last words before it powers off must not be cut off by the link going down.
     var isFlushed: Bool {
-        guard let stack = host, stack.stack != nil else { return true }
+        guard let stack = host, stack.stackIsUp else { return true }
         if let c = closing, stack.unacknowledgedBytes(c) > 0 { return false }
         guard let id = connection else { return true }
         return pending.isEmpty && stack.unacknowledgedBytes(id) == 0

@@ -2,7 +2,9 @@
 /// changed where it lies. A `Dictionary`'s subscript getter returns a copy of its value (for a
 /// connection: a retain and a release of every buffer it holds), and the stack asks its
 /// connections something many times on every turn of the loop (`writableBytes`, `pollAt`,
-/// `state`). Here a read borrows the connection and a change happens where it lies.
+/// `state`). Here a change happens where the connection lies (`modify`). A `read` still copies
+/// it out of its optional slot (the optimizer does not borrow an optional's payload in place,
+/// however the unwrapping is written), so what runs on every segment asks through `modify`.
 ///
 /// Freed slots are reused, so the array is as long as the most connections held at once
 /// (`IPStackConfiguration.maximumConnections` bounds that).

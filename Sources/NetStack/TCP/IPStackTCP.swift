@@ -198,18 +198,20 @@ extension IPStack {
     mutating func collectSegments(releasingAcks: Bool = false) {
         var finished: [ConnectionID] = []
         // In place, without lookups (nothing here adds or removes a connection until the loop
-        // is over).
+        // is over). Asked through `modify`, not `read`: a read of the optional slot copies the
+        // connection out (every buffer it holds retained and released) however it is written,
+        // where an access in place does not.
         for i in connections.positions {
             guard let id = connections.id(at: i) else { continue }
             if releasingAcks { connections.modify(position: i) { $0.releaseHeldAck() } }
-            guard let c = connections.read(position: i, { (pending: $0.hasPending, closed: $0.state == .closed) }),
+            guard let c = connections.modify(position: i, { (pending: $0.hasPending, closed: $0.state == .closed) }),
                   c.pending || c.closed else { continue }
             if c.pending {
                 // Read in place, then emptied with their storage kept (`clearPending`): the
                 // copies here end with this scope, so the arrays are no longer shared by then.
-                let segments = connections.read(position: i) { $0.pendingSegments } ?? []
-                let connEvents = connections.read(position: i) { $0.pendingEvents } ?? []
-                if !segments.isEmpty, let (local, remote) = connections.read(position: i, { ($0.local.address, $0.remote.address) }) {
+                let segments = connections.modify(position: i) { $0.pendingSegments } ?? []
+                let connEvents = connections.modify(position: i) { $0.pendingEvents } ?? []
+                if !segments.isEmpty, let (local, remote) = connections.modify(position: i, { ($0.local.address, $0.remote.address) }) {
                     for s in segments {
                         if s.header.flags.contains(.rst) { counterBase.tcpResetsSent += 1 }
                         sendTCP(s, from: local, to: remote)
@@ -231,7 +233,7 @@ extension IPStack {
                 }
             }
             connections.modify(position: i) { $0.clearPending() }
-            if c.closed && (released.contains(id) || pendingAccept[id] != nil || connections.read(position: i, { $0.readableBytes }) == 0) {
+            if c.closed && (released.contains(id) || pendingAccept[id] != nil || connections.modify(position: i, { $0.readableBytes }) == 0) {
                 finished.append(id)
             }
         }
