@@ -27,7 +27,9 @@ let package = Package(
         .systemLibrary(name: "CSystem"),
 
         // Sans-IO protocol cores.
-        .target(name: "Framing"),
+        // Carry-less multiplication for the FCS of long frames (x86-64 PCLMULQDQ, checked at run time).
+        .target(name: "CCarrylessMultiply"),
+        .target(name: "Framing", dependencies: ["CCarrylessMultiply"]),
         .target(name: "PPP", dependencies: ["Framing", "Wire", "Crypto"]),
         .target(name: "Wire"),
         .target(name: "NetStack", dependencies: ["Wire"]),

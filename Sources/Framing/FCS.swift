@@ -1,9 +1,13 @@
+import CCarrylessMultiply
+
 /// Frame Check Sequences of RFC 1662 §C.2 (16-bit) and §C.3 (32-bit), as selected by the
 /// RFC 1570 FCS-Alternatives option.
 ///
 /// Both are reflected CRCs. They are computed slicing-by-8: eight 256-entry tables let the
 /// loop fold eight input bytes per step instead of one, which breaks the one-byte dependency
-/// chain of the classic table loop (the loop RFC 1662 prints, and our C baseline).
+/// chain of the classic table loop (the loop RFC 1662 prints, and our C baseline). Runs of 64
+/// bytes and more are first folded to 16 with carry-less multiplication where the CPU has it
+/// (`CCarrylessMultiply`): several times faster on a full-size frame, with the same result.
 public enum FCSKind: Sendable, Equatable, CustomStringConvertible {
     /// RFC 1570 "Null FCS": no check sequence at all.
     case none
@@ -33,8 +37,13 @@ public enum FCSKind: Sendable, Equatable, CustomStringConvertible {
 final class SlicingTables<Word: FixedWidthInteger & UnsignedInteger & Sendable>: Sendable {
     /// 8 × 256 entries; table k (k = 0…7) is at offset k × 256.
     @usableFromInline let entries: [Word]
+    /// x^575, x^511, x^191 and x^127 modulo the polynomial, reflected into 64-bit words, for
+    /// `pb_reflected_crc_fold`; nil when the CPU cannot multiply without carries.
+    @usableFromInline let foldConstants: [UInt64]?
+    /// Shorter runs go through the tables alone (the fold needs 64 bytes).
+    @usableFromInline static var foldThreshold: Int { 64 }
 
-    init(reflectedPolynomial poly: Word) {
+    init(reflectedPolynomial poly: Word, carrylessMultiply: Bool = pb_carryless_multiply_available() != 0) {
         var t = [Word](repeating: 0, count: 8 * 256)
         for i in 0..<256 {
             var c = Word(i)
@@ -48,11 +57,50 @@ final class SlicingTables<Word: FixedWidthInteger & UnsignedInteger & Sendable>:
             }
         }
         entries = t
+        foldConstants = carrylessMultiply ? [575, 511, 191, 127].map { Self.reflectedPower(of: $0, modulo: poly) } : nil
+    }
+
+    /// x^`exponent` modulo the CRC polynomial (given reflected, its x^width term implied), with
+    /// the coefficient of x^j at bit 63 - j.
+    static func reflectedPower(of exponent: Int, modulo reflectedPolynomial: Word) -> UInt64 {
+        let width = Word.bitWidth
+        // The polynomial's low terms in normal order: x^j is bit width-1-j of the reflected form.
+        var low: UInt64 = 0
+        for j in 0..<width where (reflectedPolynomial >> (width - 1 - j)) & 1 != 0 { low |= 1 << j }
+        var r: UInt64 = 1
+        for _ in 0..<exponent {
+            let carry = (r >> (width - 1)) & 1
+            r = (r << 1) & ((1 << width) - 1)
+            if carry != 0 { r ^= low }
+        }
+        var k: UInt64 = 0
+        for j in 0..<width where (r >> j) & 1 != 0 { k |= 1 << (63 - j) }
+        return k
     }
 
     /// Runs the CRC register `crc` over `bytes`. No initial or final inversion here.
     @inlinable
     func update(_ crc: Word, _ bytes: UnsafeRawBufferPointer) -> Word {
+        if bytes.count >= Self.foldThreshold, foldConstants != nil { return foldedUpdate(crc, bytes) }
+        return tableUpdate(crc, bytes)
+    }
+
+    /// `update` for a run of 64 bytes or more: folded to 16 bytes, which the tables finish
+    /// together with the bytes the fold left (fewer than 16).
+    @inlinable
+    func foldedUpdate(_ crc: Word, _ bytes: UnsafeRawBufferPointer) -> Word {
+        guard let constants = foldConstants else { return tableUpdate(crc, bytes) }
+        var folded: (UInt64, UInt64) = (0, 0)
+        let consumed = carrylessFold(UInt32(truncatingIfNeeded: crc), bytes, constants, into: &folded)
+        // Consumed whole blocks, never more than given; anything else is a fold we cannot trust.
+        guard consumed >= Self.foldThreshold, consumed <= bytes.count else { return tableUpdate(crc, bytes) }
+        let register = withUnsafeBytes(of: &folded) { tableUpdate(0, $0) }
+        return tableUpdate(register, UnsafeRawBufferPointer(rebasing: bytes[consumed...]))
+    }
+
+    /// Runs the CRC register `crc` over `bytes` with the tables alone.
+    @inlinable
+    func tableUpdate(_ crc: Word, _ bytes: UnsafeRawBufferPointer) -> Word {
         guard var p = bytes.baseAddress, !bytes.isEmpty else { return crc }
         var remaining = bytes.count
         var c = UInt64(truncatingIfNeeded: crc)
@@ -76,6 +124,19 @@ final class SlicingTables<Word: FixedWidthInteger & UnsignedInteger & Sendable>:
                 remaining -= 1
             }
             return w
+        }
+    }
+}
+
+/// `pb_reflected_crc_fold` over `bytes` into `folded`: how many bytes it consumed (0 for fewer
+/// than 64). Not generic, so the tables' generic code around it is specialized where inlined.
+@usableFromInline
+func carrylessFold(_ register: UInt32, _ bytes: UnsafeRawBufferPointer, _ constants: [UInt64], into folded: inout (UInt64, UInt64)) -> Int {
+    guard let base = bytes.baseAddress, bytes.count >= 64, constants.count == 4 else { return 0 }
+    return constants.withUnsafeBufferPointer { k in
+        withUnsafeMutableBytes(of: &folded) { f in
+            pb_reflected_crc_fold(register, base.assumingMemoryBound(to: UInt8.self), bytes.count,
+                                  k.baseAddress, f.baseAddress?.assumingMemoryBound(to: UInt8.self))
         }
     }
 }

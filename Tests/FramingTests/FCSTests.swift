@@ -1,4 +1,5 @@
-import Framing
+import CCarrylessMultiply
+@testable import Framing
 import Testing
 
 @Suite struct FCSTests {
@@ -43,6 +44,60 @@ import Testing
             let cut = length / 3
             #expect(FCS16.update(FCS16.update(FCS16.initial, data[..<cut]), data[cut...]) == reference)
         }
+    }
+
+    /// The register run bit by bit (RFC 1662 §C.2/§C.3's definition, no tables).
+    static func bitwise<W: FixedWidthInteger & UnsignedInteger>(_ register: W, _ bytes: some Collection<UInt8>, reflectedPolynomial poly: W) -> W {
+        var r = register
+        for b in bytes {
+            r ^= W(b)
+            for _ in 0..<8 { r = r & 1 == 1 ? (r >> 1) ^ poly : r >> 1 }
+        }
+        return r
+    }
+
+    @Test(.enabled(if: pb_carryless_multiply_available() != 0, "the CPU has no carry-less multiply"))
+    func foldedEqualsTablesAndBitwise() {
+        // Long runs fold with carry-less multiplication first: every length around the block
+        // sizes (16, 64) and the frame sizes, from any register, at any alignment.
+        let folding16 = SlicingTables<UInt16>(reflectedPolynomial: 0x8408, carrylessMultiply: true)
+        let folding32 = SlicingTables<UInt32>(reflectedPolynomial: 0xEDB8_8320, carrylessMultiply: true)
+        #expect(folding16.foldConstants != nil && folding32.foldConstants != nil)
+        var rng = TestRandom(seed: 7)
+        let buffer = (0..<4200).map { _ in rng.byte() }
+        var lengths = Array(0..<300)
+        lengths += [511, 512, 513, 1023, 1024, 1500, 1502, 1504, 1506, 2048, 4095, 4096]
+        for length in lengths {
+            for _ in 0..<3 {
+                let offset = rng.below(buffer.count - length + 1)
+                let r16 = UInt16(truncatingIfNeeded: rng.next()), r32 = UInt32(truncatingIfNeeded: rng.next())
+                let slice = buffer[offset..<(offset + length)]
+                let expected16 = Self.bitwise(r16, slice, reflectedPolynomial: UInt16(0x8408))
+                let expected32 = Self.bitwise(r32, slice, reflectedPolynomial: UInt32(0xEDB8_8320))
+                slice.withUnsafeBytes { b in
+                    #expect(folding16.update(r16, b) == expected16, "FCS-16, \(length) bytes at \(offset)")
+                    #expect(folding16.tableUpdate(r16, b) == expected16)
+                    #expect(folding32.update(r32, b) == expected32, "FCS-32, \(length) bytes at \(offset)")
+                    #expect(folding32.tableUpdate(r32, b) == expected32)
+                }
+            }
+        }
+        // All ones and all zeros, whose blocks fold onto themselves.
+        for fill: UInt8 in [0x00, 0xFF, 0x7E] {
+            let run = [UInt8](repeating: fill, count: 1500)
+            run.withUnsafeBytes { b in
+                #expect(folding16.update(0xFFFF, b) == Self.bitwise(UInt16(0xFFFF), run, reflectedPolynomial: UInt16(0x8408)))
+                #expect(folding32.update(0xFFFF_FFFF, b) == Self.bitwise(UInt32(0xFFFF_FFFF), run, reflectedPolynomial: UInt32(0xEDB8_8320)))
+            }
+        }
+    }
+
+    @Test func withoutCarrylessMultiplyTheTablesAlone() {
+        let tables = SlicingTables<UInt16>(reflectedPolynomial: 0x8408, carrylessMultiply: false)
+        #expect(tables.foldConstants == nil)
+        var rng = TestRandom(seed: 8)
+        let data = (0..<1500).map { _ in rng.byte() }
+        data.withUnsafeBytes { #expect(tables.update(0xFFFF, $0) == Self.bitwise(UInt16(0xFFFF), data, reflectedPolynomial: UInt16(0x8408))) }
     }
 }
 
