@@ -217,8 +217,10 @@ extension IPStack {
                         sendTCP(s, from: local, to: remote)
                     }
                 }
+                // Looked up once per connection, not per event (a hash per lookup).
+                let acceptPort = pendingAccept.isEmpty ? nil : pendingAccept[id]
                 for e in connEvents {
-                    if let port = pendingAccept[id] {
+                    if let port = acceptPort {
                         // Not handed out yet: only the handshake's end matters.
                         if e == .established, var l = listeners[port], l.ready.count < configuration.listenBacklog {
                             l.ready.append(id)
