@@ -82,7 +82,7 @@ let package = Package(
             path: "Tools/Fuzz/PacketParsers"
         ),
 
-        .testTarget(name: "FramingTests", dependencies: ["Framing"]),
+        .testTarget(name: "FramingTests", dependencies: ["Framing", "CCarrylessMultiply"]),
         .testTarget(name: "PPPTests", dependencies: ["PPP", "Framing", "NetStack"]),
         .testTarget(name: "NetStackTests", dependencies: ["NetStack"]),
         .testTarget(name: "SimulationTests", dependencies: ["PPP", "NetStack", "Framing", "Crypto"]),

@@ -19,13 +19,16 @@ trap 'rm -rf "$tmp"' EXIT
 # Valgrind 3.19 cannot read the toolchain's DWARF 5 debug information; the symbol table is enough.
 strip --strip-debug -o "$tmp/bench" "$bin"
 count() {
-  valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$1" "$tmp/bench" bridge --mib "$1" --rounds 10 >"$tmp/out.$1" 2>&1
+  if ! valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$1" "$tmp/bench" bridge --mib "$1" --rounds 10 >"$tmp/out.$1" 2>&1; then
+    tail -20 "$tmp/out.$1" >&2
+    exit 1
+  fi
   callgrind_annotate "$tmp/cg.$1" | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }'
 }
 small=$(count "$n")
 large=$(count "$((2 * n))")
 awk -v s="$small" -v l="$large" -v n="$n" 'BEGIN {
   mb = 2 * n * 1.048576
-  printf "instructions: %d at --mib %d, %d at --mib %d\n", s, n, l, 2 * n
+  printf "instructions: %.0f at --mib %d, %.0f at --mib %d\n", s, n, l, 2 * n
   printf "RESULT instructions per_mb=%.0f\n", (l - s) / mb
 }'

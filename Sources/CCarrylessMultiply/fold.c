@@ -15,7 +15,15 @@ int pb_carryless_multiply_available(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
     // ECX bit 1: PCLMULQDQ. SSE2 is part of x86-64.
-    return (c & bit_PCLMUL) != 0;
+    if ((c & bit_PCLMUL) == 0) return 0;
+#if defined(__AVX__)
+    // Built for AVX, the compiler emits the VEX form, which needs the OS to save AVX state.
+    if ((c & bit_OSXSAVE) == 0 || (c & bit_AVX) == 0) return 0;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & 6) != 6) return 0;
+#endif
+    return 1;
 }
 
 __attribute__((target("pclmul,sse2")))

@@ -457,6 +457,8 @@ struct LineOutputQueue {
 
     var controlCount: Int { control.count - controlStart }
     var dataCount: Int { data.count - dataStart }
+    /// What the IP part's array holds, written bytes not yet compacted away included.
+    var dataStored: Int { data.count }
     var count: Int { controlCount + dataCount }
     var isEmpty: Bool { count == 0 }
 

@@ -52,6 +52,7 @@ extension StackApplication {
 /// Our own IP stack on the link, answering pings and carrying the applications that run on it;
 /// it can also ping through the link.
 public final class StackAttachment: NetworkAttachment {
+    /// Set and cleared only by `linkUp` and `linkDown`, together with `stackIsUp`.
     public internal(set) var stack: IPStack?
     /// Whether `stack` is set, kept beside it: asked on every packet, and looking at an
     /// optional struct in an object's property copies it. (No observer on `stack` instead:

@@ -57,6 +57,9 @@ final class SlicingTables<Word: FixedWidthInteger & UnsignedInteger & Sendable>:
             }
         }
         entries = t
+        // Asked for only where the CPU has it: the fold would be an illegal instruction.
+        precondition(!carrylessMultiply || pb_carryless_multiply_available() != 0, "no carry-less multiply on this CPU")
+        precondition(Word.bitWidth <= 32, "the fold's constants hold CRCs of up to 32 bits")
         foldConstants = carrylessMultiply ? [575, 511, 191, 127].map { Self.reflectedPower(of: $0, modulo: poly) } : nil
     }
 
@@ -87,6 +90,7 @@ final class SlicingTables<Word: FixedWidthInteger & UnsignedInteger & Sendable>:
 
     /// `update` for a run of 64 bytes or more: folded to 16 bytes, which the tables finish
     /// together with the bytes the fold left (fewer than 16).
+    /// (Its checks repeat `update`'s and the fold's own on purpose: each stands alone.)
     @inlinable
     func foldedUpdate(_ crc: Word, _ bytes: UnsafeRawBufferPointer) -> Word {
         guard let constants = foldConstants else { return tableUpdate(crc, bytes) }

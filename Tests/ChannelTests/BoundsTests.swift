@@ -496,6 +496,47 @@ extension BoundsTests {
         #expect(decoder.counters.droppedFrames == 0)
     }
 
+    /// A queue kept full while the line takes odd amounts: what is written is compacted away
+    /// (the array never holds much more than twice what is queued, plus 64 KiB), and the line
+    /// carries every frame whole and in order, control frames never inside an IP frame begun.
+    @Test func aQueueKeptFullCompactsAndKeepsEveryFrameWhole() throws {
+        let encoder = HDLCEncoder()
+        var queue = LineOutputQueue()
+        var line: [UInt8] = []
+        var rng = SplitMix64(seed: 5)
+        var sent = 0
+        var expected: [(UInt16, UInt8)] = []
+        var mostStored = 0
+        var mostQueued = 0
+        while sent < 1200 || !queue.isEmpty {
+            // Topped up to about 200 KiB with frames of 40 to 1500 bytes (some of flags, escaped).
+            while sent < 1200 && queue.count < 200 * 1024 {
+                let length = 40 + Int(rng.next() % 1461)
+                let fill = sent % 7 == 0 ? 0x7E : UInt8(truncatingIfNeeded: sent)
+                let frame = encoder.encode(protocol: ProtocolNumber.ipv4, information: [UInt8(truncatingIfNeeded: sent)] + [UInt8](repeating: fill, count: length - 1))
+                queue.append(dataFrame: frame)
+                expected.append((ProtocolNumber.ipv4, UInt8(truncatingIfNeeded: sent)))
+                sent += 1
+                if sent % 97 == 0 {
+                    // An Echo-Request queued behind the data: it goes out at the next frame boundary.
+                    queue.append(control: encoder.encode(protocol: ProtocolNumber.lcp, information: [9, UInt8(truncatingIfNeeded: sent), 0, 8, 1, 2, 3, 4]))
+                }
+            }
+            mostQueued = max(mostQueued, queue.count)
+            Self.write(&queue, upTo: 1 + Int(rng.next() % 5000), onto: &line)
+            mostStored = max(mostStored, queue.dataStored)
+        }
+        #expect(mostStored <= 2 * mostQueued + 64 * 1024 + 5000)
+        #expect(line.count > 900_000, "enough passed through for several compactions")
+        var decoder = HDLCDecoder()
+        let frames = decoder.decode(line)
+        #expect(decoder.counters.droppedFrames == 0)
+        let ip = frames.filter { $0.protocol == ProtocolNumber.ipv4 }
+        #expect(ip.count == expected.count)
+        #expect(ip.map { $0.information.first } == expected.map { $0.1 })
+        #expect(frames.filter { $0.protocol == ProtocolNumber.lcp }.count == 1200 / 97)
+    }
+
     /// Frames encoded straight into the queue share their flags (RFC 1662 §4.1) and keep
     /// their boundaries: a control frame still waits for the end of the frame begun.
     @Test func framesEncodedIntoTheQueueShareFlagsAndKeepTheirBoundaries() throws {

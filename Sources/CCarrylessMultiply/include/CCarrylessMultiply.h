@@ -4,14 +4,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/// Whether this CPU multiplies without carries (x86-64 PCLMULQDQ); when not, the fold below
-/// must not be called.
+/// Whether this CPU multiplies without carries (x86-64 PCLMULQDQ, and the AVX state the
+/// instruction's VEX form needs when this file is built for AVX); when not, the fold below
+/// must not be called. Always 0 on other architectures.
 int pb_carryless_multiply_available(void);
 
 /// Folds `bytes` (`length` >= 64) for a reflected CRC (RFC 1662's FCS-16 and FCS-32) down to
 /// 16 bytes congruent to them modulo the CRC's polynomial, with `register_` (the CRC register
 /// so far, LSB first) added into the first bytes. Folds whole 16-byte blocks only: returns how
-/// many bytes it consumed (a multiple of 16, at least 64, at most `length`) and writes the 16
+/// many bytes it consumed (a multiple of 16, at least 64, at most `length`; 0 for fewer than
+/// 64 bytes, and always 0 where the CPU cannot multiply without carries) and writes the 16
 /// folded bytes to `folded`. The register over `folded` from zero, then over the bytes not
 /// consumed, is the register over `bytes` from `register_`.
 ///

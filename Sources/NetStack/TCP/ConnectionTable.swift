@@ -4,7 +4,10 @@
 /// connections something many times on every turn of the loop (`writableBytes`, `pollAt`,
 /// `state`). Here a change happens where the connection lies (`modify`). A `read` still copies
 /// it out of its optional slot (the optimizer does not borrow an optional's payload in place,
-/// however the unwrapping is written), so what runs on every segment asks through `modify`.
+/// however the unwrapping is written, nor from a non-optional array through a buffer pointer),
+/// so the stack's own walk over every connection on every batch (`collectSegments`) asks
+/// through `modify`. The stack's public queries (`writableBytes`, `state`, …) are not mutating
+/// and still read, a copy each: about half a per cent of the bench's instructions.
 ///
 /// Freed slots are reused, so the array is as long as the most connections held at once
 /// (`IPStackConfiguration.maximumConnections` bounds that).
