@@ -29,7 +29,9 @@ set -e
 # Counted from swift-testing's own totals ("Test run with N tests"), not its per-test lines:
 # with suites printing in parallel, some of those lines go missing from the log.
 total=$(awk '$2 == "Test" && $3 == "run" && $4 == "with" && $5 ~ /^[0-9]+$/ { n += $5 } END { print n + 0 }' "$log")
-failed=$(grep -cE '^✘ Test .* failed' "$log" || true)
+# A failed test's own last line ("✘ Test name() failed after …"); not its recorded issues'
+# lines, which say "Expectation failed", nor the run's total.
+failed=$(grep -E '^✘ Test .* failed after' "$log" | grep -vc '^✘ Test run with' || true)
 echo "tests: $((total - failed)) passed, $failed failed"
 
 exit "$status"
