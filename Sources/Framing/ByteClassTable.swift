@@ -65,6 +65,19 @@ enum ScanMode: Sendable {
         } else { self = .table }
     }
 
+    /// A word whose lowest set bit is the high bit of the first byte of `x` (in memory order)
+    /// that is in the set; zero when none is. Bits above that one may be set spuriously (a
+    /// borrow runs upward), but none below it: `trailingZeroBitCount >> 3` is its index.
+    /// Always non-zero for `.table`, which the caller must scan byte by byte.
+    @inline(__always) func specialBytes(_ word: UInt64) -> UInt64 {
+        let x = UInt64(littleEndian: word)
+        switch self {
+        case .flagAndEscape: return WordScan.hasFlagOrEscape(x)
+        case .controlsFlagAndEscape: return WordScan.hasControlFlagOrEscape(x)
+        case .table: return 1
+        }
+    }
+
     @inline(__always) func mayContainSpecial(_ x: UInt64) -> Bool {
         switch self {
         case .flagAndEscape: return WordScan.hasFlagOrEscape(x) != 0

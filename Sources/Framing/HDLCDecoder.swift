@@ -121,17 +121,24 @@ public struct HDLCDecoder: Sendable {
             let capacity = bufferPointer.count
             var i = 0
             while i < n {
-                // Fast path, inside a frame: skip plain bytes eight at a time and copy them as
-                // one run; then take plain bytes and escape pairs one by one until something
-                // needs the state machine (a flag, an ignored byte, an escape split across
-                // chunks) or sixteen plain bytes in a row say the word scan pays again.
+                // Fast path, inside a frame: find the next byte that is not plain data (eight
+                // at a time, where the lowest flagged byte of a word is exactly the first
+                // special one), copy the run before it as one block, and take an escape pair
+                // in place. Whatever else needs the state machine (a flag, an ignored byte,
+                // an escape split across chunks or followed by a special byte) leaves it.
                 fast: while !hunting && !escaped && !overflowed && i < n {
                     var j = i
                     if case .table = mode {} else {
-                        while j + 8 <= n && !mode.mayContainSpecial(p.loadUnaligned(fromByteOffset: j, as: UInt64.self)) {
+                        while j + 8 <= n {
+                            let special = mode.specialBytes(p.loadUnaligned(fromByteOffset: j, as: UInt64.self))
+                            if special != 0 {
+                                j += special.trailingZeroBitCount >> 3
+                                break
+                            }
                             j += 8
                         }
                     }
+                    while j < n && cls[Int(p.load(fromByteOffset: j, as: UInt8.self))] == 0 { j += 1 }
                     let run = j - i
                     if run > 0 {
                         guard length + run <= capacity else {
@@ -143,32 +150,17 @@ public struct HDLCDecoder: Sendable {
                         length += run
                         i = j
                     }
-                    var plainStreak = 0
-                    while i < n {
-                        let b = p.load(fromByteOffset: i, as: UInt8.self)
-                        let c = cls[Int(b)]
-                        var value = b
-                        if c == 0 {
-                            plainStreak += 1
-                            i += 1
-                        } else if c == 2 && i + 1 < n {
-                            value = p.load(fromByteOffset: i + 1, as: UInt8.self)
-                            guard cls[Int(value)] == 0 else { break fast }
-                            value ^= HDLC.escapeXOR
-                            plainStreak = 0
-                            i += 2
-                        } else {
-                            break fast
-                        }
-                        guard length < capacity else {
-                            overflowed = true
-                            length = 0
-                            break fast
-                        }
-                        buf[length] = value
-                        length += 1
-                        if plainStreak == 16 { continue fast }
+                    guard i + 1 < n, cls[Int(p.load(fromByteOffset: i, as: UInt8.self))] == 2 else { break fast }
+                    let value = p.load(fromByteOffset: i + 1, as: UInt8.self)
+                    guard cls[Int(value)] == 0 else { break fast }
+                    guard length < capacity else {
+                        overflowed = true
+                        length = 0
+                        break fast
                     }
+                    buf[length] = value ^ HDLC.escapeXOR
+                    length += 1
+                    i += 2
                 }
                 if i >= n { break }
                 let b = p.load(fromByteOffset: i, as: UInt8.self)

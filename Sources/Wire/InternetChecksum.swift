@@ -3,15 +3,34 @@
 public enum InternetChecksum {
     /// Adds `bytes` to a running sum. An odd final byte is padded with zero (RFC 1071 §4.1).
     /// Chunks fed in order must all have even length except the last.
+    ///
+    /// Eight bytes at a time are added as native (little-endian) words with end-around carry,
+    /// an add and an add-with-carry each. The sum is independent of byte order (RFC 1071
+    /// §2(B)): the native sum, folded to 16 bits and byte-swapped, is the big-endian sum.
     public static func sum(_ bytes: UnsafeRawBufferPointer, into initial: UInt64 = 0) -> UInt64 {
         var s = initial
-        var i = 0
         let n = bytes.count
         guard let p = bytes.baseAddress else { return s }
-        while i + 8 <= n {
-            let w = UInt64(bigEndian: p.loadUnaligned(fromByteOffset: i, as: UInt64.self))
-            s &+= (w >> 32) &+ (w & 0xFFFF_FFFF)
-            i += 8
+        var i = 0
+        if n >= 8 {
+            var native: UInt64 = 0
+            var carries: UInt64 = 0
+            while i + 16 <= n {
+                let (a, o1) = native.addingReportingOverflow(UInt64(littleEndian: p.loadUnaligned(fromByteOffset: i, as: UInt64.self)))
+                let (b, o2) = a.addingReportingOverflow(UInt64(littleEndian: p.loadUnaligned(fromByteOffset: i + 8, as: UInt64.self)))
+                native = b
+                carries &+= (o1 ? 1 : 0) &+ (o2 ? 1 : 0)
+                i += 16
+            }
+            if i + 8 <= n {
+                let (a, o) = native.addingReportingOverflow(UInt64(littleEndian: p.loadUnaligned(fromByteOffset: i, as: UInt64.self)))
+                native = a
+                carries &+= o ? 1 : 0
+                i += 8
+            }
+            // Each carry out of bit 63 is worth 2^64, which is 1 in ones' complement arithmetic.
+            let (folded, o) = native.addingReportingOverflow(carries)
+            s &+= UInt64(fold16(folded &+ (o ? 1 : 0)).byteSwapped)
         }
         while i + 2 <= n {
             s &+= UInt64(p.load(fromByteOffset: i, as: UInt8.self)) << 8 | UInt64(p.load(fromByteOffset: i + 1, as: UInt8.self))
@@ -19,6 +38,16 @@ public enum InternetChecksum {
         }
         if i < n { s &+= UInt64(p.load(fromByteOffset: i, as: UInt8.self)) << 8 }
         return s
+    }
+
+    /// Folds a sum to 16 bits with end-around carry, without complementing it.
+    @inline(__always)
+    static func fold16(_ s: UInt64) -> UInt16 {
+        var x = (s & 0xFFFF_FFFF) &+ (s >> 32)
+        x = (x & 0xFFFF) &+ (x >> 16)
+        x = (x & 0xFFFF) &+ (x >> 16)
+        x = (x & 0xFFFF) &+ (x >> 16)
+        return UInt16(truncatingIfNeeded: x)
     }
 
     public static func sum<C: Collection>(_ bytes: C, into initial: UInt64 = 0) -> UInt64 where C.Element == UInt8 {

@@ -165,6 +165,44 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
         #expect(counters.badHeader == 1)
     }
 
+    /// The word scan finds the first special byte at every position in a word, for each of the
+    /// receive ACCMs that select a scan (0, all ones) and one that takes the table: whole
+    /// streams decode as they do a byte at a time and in random chunks (`decodeAllWays`).
+    /// The streams mix valid frames with runs of specials, ignored controls, escapes before
+    /// specials, aborts and garbage, so every way out of the fast path is taken.
+    @Test(arguments: [UInt32(0), 0xFFFF_FFFF, 0x000A_0000])
+    func wordScanDecodesAsTheStateMachineDoes(receiveACCM: UInt32) {
+        var rng = TestRandom(seed: UInt64(receiveACCM) ^ 0x5CA9)
+        let specials: [UInt8] = [0x7E, 0x7D, 0x00, 0x11, 0x13, 0x1F, 0x5E, 0x5D, 0x20]
+        let encoder = HDLCEncoder(escapes: EscapeSet(accm: 0xFFFF_FFFF))
+        var delivered = 0
+        for _ in 0..<40 {
+            var stream: [UInt8] = [0x7E]
+            for _ in 0..<(1 + rng.below(5)) {
+                switch rng.below(4) {
+                case 0:
+                    // Specials at each offset of a word inside a plain run.
+                    var info = (0..<(16 + rng.below(200))).map { _ in UInt8(0x21 + rng.below(0x5B)) }
+                    for k in 0..<min(8, info.count) where rng.below(2) == 0 { info[k * (info.count / 8)] = specials[rng.below(specials.count)] }
+                    encoder.encode(protocol: 0x0021, information: info, into: &stream)
+                case 1:
+                    // Raw bytes straight onto the line: specials, controls, split escapes.
+                    for _ in 0..<rng.below(64) {
+                        stream.append(rng.below(3) == 0 ? specials[rng.below(specials.count)] : rng.byte())
+                    }
+                case 2:
+                    // An escape before a special, then a flag: an abort or worse.
+                    stream += [0x41, 0x42, 0x7D, specials[rng.below(specials.count)], 0x7E]
+                default:
+                    encoder.encode(protocol: 0xC021, information: (0..<rng.below(1600)).map { _ in rng.byte() }, into: &stream)
+                }
+            }
+            let (frames, _) = decodeAllWays(stream) { HDLCDecoder(receiveACCM: receiveACCM) }
+            delivered += frames.count
+        }
+        #expect(delivered > 20)
+    }
+
     @Test(arguments: [FCSKind.fcs16, .fcs32, .none])
     func randomRoundTrips(fcs: FCSKind) {
         var rng = TestRandom(seed: 0xF00D)

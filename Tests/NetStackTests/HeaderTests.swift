@@ -11,6 +11,40 @@ import Testing
         #expect(InternetChecksum.checksum([0x01]) == ~UInt16(0x0100))
     }
 
+    /// The word-at-a-time sum against RFC 1071's definition, 16 big-endian bits at a time:
+    /// every length to 300, whole and in even chunks, from several starting sums; data of
+    /// random bytes, all zeros and all ones (which make every carry and the ±0 cases).
+    @Test func internetChecksumEqualsTheWordByWordDefinition() {
+        func reference(_ bytes: [UInt8], _ initial: UInt64) -> UInt16 {
+            var s = initial
+            var i = 0
+            while i < bytes.count {
+                s += UInt64(bytes[i]) << 8 | (i + 1 < bytes.count ? UInt64(bytes[i + 1]) : 0)
+                i += 2
+            }
+            while s >> 16 != 0 { s = (s & 0xFFFF) + (s >> 16) }
+            return ~UInt16(s)
+        }
+        var random = SplitMix64(seed: 1071)
+        for length in 0...300 {
+            let fills: [[UInt8]] = [
+                (0..<length).map { _ in UInt8(truncatingIfNeeded: random.next()) },
+                [UInt8](repeating: 0, count: length),
+                [UInt8](repeating: 0xFF, count: length),
+            ]
+            for bytes in fills {
+                for initial: UInt64 in [0, 0xFFFF, 0x1_2345, random.next() >> 20] {
+                    let expected = reference(bytes, initial)
+                    #expect(InternetChecksum.finish(InternetChecksum.sum(bytes, into: initial)) == expected)
+                    let cut = Int(random.next() % UInt64(length + 1)) & ~1
+                    let first = bytes.withUnsafeBytes { InternetChecksum.sum(UnsafeRawBufferPointer(rebasing: $0[0..<cut]), into: initial) }
+                    let both = bytes.withUnsafeBytes { InternetChecksum.sum(UnsafeRawBufferPointer(rebasing: $0[cut...]), into: first) }
+                    #expect(InternetChecksum.finish(both) == expected, "length \(length), cut at \(cut)")
+                }
+            }
+        }
+    }
+
     @Test func ipv4EmitParseRoundTrip() throws {
         var h = IPv4Header(protocol: IPProtocol.udp, source: a, destination: b, payloadLength: 12)
         h.identification = 0x1234
