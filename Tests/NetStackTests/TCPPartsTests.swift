@@ -224,11 +224,11 @@ import Testing
         let ids = (1...3).map { ConnectionID(rawValue: $0) }
         for (n, id) in ids.enumerated() { table.insert(Self.connection(port: UInt16(1000 + n)), id: id) }
         #expect(table.count == 3 && table.positions.count == 3)
-        #expect(table.read(ids[1]) { $0.local.port } == 1001)
-        #expect(table.read(ConnectionID(rawValue: 99)) { $0.local.port } == nil)
+        #expect(table.modify(ids[1]) { $0.local.port } == 1001)
+        #expect(table.modify(ConnectionID(rawValue: 99)) { $0.local.port } == nil)
         // A change happens where the connection lies.
         #expect(table.modify(ids[0]) { $0.write([1, 2, 3], now: .zero) } == 3)
-        #expect(table.read(ids[0]) { $0.unacknowledgedBytes } == 3)
+        #expect(table.modify(ids[0]) { $0.unacknowledgedBytes } == 3)
         #expect(table.modify(ConnectionID(rawValue: 99)) { $0.write([1], now: .zero) } == nil)
         // A freed slot in the middle is reused; freed slots at the end are let go.
         #expect(table.removeValue(forKey: ids[1])?.local.port == 1001)

@@ -5,9 +5,8 @@
 /// `state`). Here a change happens where the connection lies (`modify`). A `read` still copies
 /// it out of its optional slot (the optimizer does not borrow an optional's payload in place,
 /// however the unwrapping is written, nor from a non-optional array through a buffer pointer),
-/// so the stack's own walk over every connection on every batch (`collectSegments`) asks
-/// through `modify`. The stack's public queries (`writableBytes`, `state`, …) are not mutating
-/// and still read, a copy each: about half a per cent of the bench's instructions.
+/// so the stack's own walk over every connection on every batch (`collectSegments`) and its
+/// public queries on one connection (`writableBytes`, `state`, …) ask through `modify`.
 ///
 /// Freed slots are reused, so the array is as long as the most connections held at once
 /// (`IPStackConfiguration.maximumConnections` bounds that).
@@ -21,14 +20,9 @@ struct ConnectionTable: Sendable {
     var isEmpty: Bool { slotOf.isEmpty }
     var keys: Dictionary<ConnectionID, Int>.Keys { slotOf.keys }
 
-    /// `body` on the connection `id` where it lies; nil when there is none. (Closures rather
+    /// `body` on the connection `id` where it lies; nil when there is none. (A closure rather
     /// than `_read`/`_modify` accessors: a coroutine's frame is allocated on the heap when it
     /// is not inlined, once per access.)
-    func read<R>(_ id: ConnectionID, _ body: (borrowing TCPConnection) -> R) -> R? {
-        guard let i = slotOf[id] else { return nil }
-        return read(position: i, body)
-    }
-
     mutating func modify<R>(_ id: ConnectionID, _ body: (inout TCPConnection) -> R) -> R? {
         guard let i = slotOf[id] else { return nil }
         return body(&slots[i]!)

@@ -77,7 +77,12 @@ extension IPStack {
         return id
     }
 
-    public func state(_ id: ConnectionID) -> TCPState? { connections.read(id) { $0.state } }
+    // The queries on one connection (`state`, `writableBytes`, …) are `mutating` only so that
+    // they look at the connection where it lies: a non-mutating read copies it out of the
+    // table first (see `ConnectionTable`), and the channel asks them for every relay on every
+    // turn of the loop. They change nothing.
+
+    public mutating func state(_ id: ConnectionID) -> TCPState? { connections.modify(id) { $0.state } }
     public func connection(_ id: ConnectionID) -> TCPConnection? { connections.copy(id) }
     public var connectionIDs: [ConnectionID] { connections.keys.sorted() }
 
@@ -99,12 +104,12 @@ extension IPStack {
         connections.modify(id) { $0.read(maximum: maximum, appendingTo: &out, now: now) } ?? 0
     }
 
-    public func writableBytes(_ id: ConnectionID) -> Int { connections.read(id) { $0.writableBytes } ?? 0 }
+    public mutating func writableBytes(_ id: ConnectionID) -> Int { connections.modify(id) { $0.writableBytes } ?? 0 }
     /// Bytes written to `id` that the peer has not acknowledged yet (sent or not).
-    public func unacknowledgedBytes(_ id: ConnectionID) -> Int { connections.read(id) { $0.unacknowledgedBytes } ?? 0 }
-    public func readableBytes(_ id: ConnectionID) -> Int { connections.read(id) { $0.readableBytes } ?? 0 }
+    public mutating func unacknowledgedBytes(_ id: ConnectionID) -> Int { connections.modify(id) { $0.unacknowledgedBytes } ?? 0 }
+    public mutating func readableBytes(_ id: ConnectionID) -> Int { connections.modify(id) { $0.readableBytes } ?? 0 }
     /// True once the peer's FIN is read past, or the connection is gone.
-    public func atEndOfStream(_ id: ConnectionID) -> Bool { connections.read(id) { $0.atEndOfStream || $0.state == .closed } ?? true }
+    public mutating func atEndOfStream(_ id: ConnectionID) -> Bool { connections.modify(id) { $0.atEndOfStream || $0.state == .closed } ?? true }
 
     public mutating func shutdownWrite(_ id: ConnectionID, now: Instant) {
         connections.modify(id) { $0.shutdownWrite(now: now) }
