@@ -97,6 +97,34 @@ public enum Host {
         (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
     }
 
+    public enum SocketEnd: Sendable { case local, remote, either }
+
+    /// This process's open TCP sockets with `port` at their local or remote end (or either),
+    /// listeners included: the descriptors whose socket inode `/proc/net/tcp` lists so. Unlike
+    /// `openDescriptors`, it does not count what other suites running beside a test open.
+    public static func socketsOnPort(_ port: UInt16, at end: SocketEnd = .either) -> Int {
+        guard let table = try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8) else { return -1 }
+        var inodes: Set<String> = []
+        for line in table.split(separator: "\n").dropFirst() {
+            let f = line.split(separator: " ")
+            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            guard f.count > 9, let local = f[1].split(separator: ":").last, let remote = f[2].split(separator: ":").last,
+                  let lp = UInt16(local, radix: 16), let rp = UInt16(remote, radix: 16) else { continue }
+            let matches = switch end {
+            case .local: lp == port
+            case .remote: rp == port
+            case .either: lp == port || rp == port
+            }
+            if matches { inodes.insert(String(f[9])) }
+        }
+        let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        return fds.filter { fd in
+            guard let target = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\(fd)"),
+                  target.hasPrefix("socket:[") else { return false }
+            return inodes.contains(String(target.dropFirst(8).dropLast()))
+        }.count
+    }
+
     public static func sha(_ b: [UInt8]) -> String { Digest.hex(Digest.hash(.sha256, b)!) }
 
     public static func random(_ n: Int, seed: UInt64) -> [UInt8] {
