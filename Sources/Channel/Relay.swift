@@ -48,6 +48,13 @@ final class Relay {
     var interest: UInt32 = 0
     /// The socket is in epoll (it is taken out while there is nothing to wait for).
     var watched = false
+    /// In its table: set by `add`, cleared when it leaves. A relay found in a work list, or
+    /// called back by epoll, is pumped only while this holds.
+    var attached = false
+    /// Listed to be pumped this batch (`dirty`), or holding bytes for the batch's end (`held`):
+    /// each relay is listed once at most.
+    var isDirty = false
+    var isHeld = false
 
     final class Counter {
         var value = TrafficCounters()
@@ -75,11 +82,13 @@ final class RelayTable {
     unowned let loop: EventLoop
     weak var host: StackAttachment?
     private(set) var relays: [ConnectionID: Relay] = [:]
-    private var dirty: Set<ConnectionID> = []
+    /// Relays to pump, in the order they were marked: lists with a flag on each relay rather
+    /// than sets of ids, so marking one hashes nothing.
+    private var dirty: [Relay] = []
     /// Relays holding bytes for their host socket until the batch's end (`flush`).
-    private var held: Set<ConnectionID> = []
-    private var spareDirty: Set<ConnectionID> = []
-    private var spareHeld: Set<ConnectionID> = []
+    private var held: [Relay] = []
+    private var spareDirty: [Relay] = []
+    private var spareHeld: [Relay] = []
     private var buffer = [UInt8](repeating: 0, count: 65536)
     /// Why the last relay that failed did: what a report shows beside the count.
     var lastFailure: String?
@@ -90,6 +99,7 @@ final class RelayTable {
 
     func add(_ r: Relay) {
         relays[r.id] = r
+        r.attached = true
         r.interest = wantedInterest(r)
         do {
             try watch(r)
@@ -97,7 +107,13 @@ final class RelayTable {
             fail(r, "host socket not watched: \(error)", now: loop.now)
             return
         }
-        dirty.insert(r.id)
+        markDirty(r)
+    }
+
+    private func markDirty(_ r: Relay) {
+        guard !r.isDirty else { return }
+        r.isDirty = true
+        dirty.append(r)
     }
 
     func event(_ id: ConnectionID, _ event: TCPEvent, now: Instant) {
@@ -105,14 +121,14 @@ final class RelayTable {
         switch event {
         case .established:
             r.stackEstablished = true
-            dirty.insert(id)
+            markDirty(r)
         case .readable, .writable, .peerFinished:
-            dirty.insert(id)
+            markDirty(r)
         case let .closed(reason):
             if reason == .closed {
                 // Both FINs are through, but what the terminal sent may still wait in our
                 // receive buffer and in `toHost`: the relay stays until the host has it all.
-                dirty.insert(id)
+                markDirty(r)
             } else {
                 // A reset or timeout is passed on to the host as a reset; the stack may let go.
                 // What came before the reset, held for the batch's end, goes first.
@@ -135,7 +151,10 @@ final class RelayTable {
         var work = spareDirty
         spareDirty = []
         swap(&work, &dirty)
-        for id in work { if let r = relays[id] { pump(r, now: now) } }
+        for r in work {
+            r.isDirty = false
+            if r.attached { pump(r, now: now) }
+        }
         work.removeAll(keepingCapacity: true)
         spareDirty = work
     }
@@ -146,7 +165,10 @@ final class RelayTable {
         var work = spareHeld
         spareHeld = []
         swap(&work, &held)
-        for id in work { if let r = relays[id] { pump(r, now: now) } }
+        for r in work {
+            r.isHeld = false
+            if r.attached { pump(r, now: now) }
+        }
         work.removeAll(keepingCapacity: true)
         spareHeld = work
     }
@@ -154,15 +176,15 @@ final class RelayTable {
     /// The link is down: every host connection is reset, every descriptor closed.
     func closeAll() {
         for r in Array(relays.values) { remove(r, reset: true) }
-        dirty = []
-        held = []
+        dirty.removeAll()
+        held.removeAll()
     }
 
     // MARK: Moving bytes
 
     private func hostEvent(_ r: Relay, _ events: UInt32) {
         let now = loop.now
-        guard relays[r.id] != nil else { return }
+        guard r.attached else { return }
         if !r.hostConnected {
             guard events & (EPOLLOUT.rawValue | EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 else { return }
             let e = HostSocket.pendingError(r.fd)
@@ -170,7 +192,7 @@ final class RelayTable {
                 r.counters.value.failures += 1
                 let failed = r.onHostConnectFailed
                 relays[r.id] = nil
-                dirty.remove(r.id)
+                r.attached = false
                 loop.unregister(r.fd)
                 Glibc.close(r.fd)
                 r.counters.value.active -= 1
@@ -192,7 +214,7 @@ final class RelayTable {
             r.hostReadable = true
             readHost(r, now: now)
         }
-        guard relays[r.id] != nil else { return }
+        guard r.attached else { return }
         pump(r, now: now)
     }
 
@@ -241,13 +263,16 @@ final class RelayTable {
     }
 
     private func pump(_ r: Relay, now: Instant) {
-        guard let host, host.stackIsUp, relays[r.id] != nil else { return }
+        guard r.attached, let host, host.stackIsUp else { return }
         if r.hostConnected && host.batching && !r.stackEOF && r.stackEstablished {
             // Within a batch: take what the stack has (its window reopens, the ACK at the
             // batch's end says so) and send it all at the end, in one send.
             collect(r, host: host, now: now)
             if r.pendingToHost > 0 {
-                held.insert(r.id)
+                if !r.isHeld {
+                    r.isHeld = true
+                    held.append(r)
+                }
                 return
             }
         }
@@ -280,7 +305,7 @@ final class RelayTable {
             }
             // The host's bytes wait in its socket until our send buffer has room.
             if !r.hostEOF && r.hostReadable { readHost(r, now: now) }
-            guard relays[r.id] != nil else { return }
+            guard r.attached else { return }
         }
         if r.hostEOF && r.stackEOF && r.pendingToHost == 0 {
             host.stack!.close(r.id, now: now)
@@ -339,8 +364,9 @@ final class RelayTable {
     }
 
     private func remove(_ r: Relay, reset: Bool) {
-        guard relays.removeValue(forKey: r.id) != nil else { return }
-        dirty.remove(r.id)
+        guard r.attached else { return }
+        r.attached = false
+        relays.removeValue(forKey: r.id)
         loop.unregister(r.fd)
         if reset { HostSocket.closeWithReset(r.fd) } else { Glibc.close(r.fd) }
         r.counters.value.active -= 1
