@@ -85,7 +85,9 @@ public final class DiagnosticServices: StackApplication {
                     s.pending.removeFirst(n)
                     if !s.pending.isEmpty { break }
                 }
-                let chunk = host.stack!.read(id, maximum: max(host.writableBytes(id), 1), now: now)
+                // Asked first, on its own: the read below holds the stack for its whole call.
+                let room = host.writableBytes(id)
+                let chunk = host.stack!.read(id, maximum: max(room, 1), now: now)
                 if chunk.isEmpty { break }
                 s.pending = chunk
             }

@@ -176,6 +176,7 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
         let specials: [UInt8] = [0x7E, 0x7D, 0x00, 0x11, 0x13, 0x1F, 0x5E, 0x5D, 0x20]
         let encoder = HDLCEncoder(escapes: EscapeSet(accm: 0xFFFF_FFFF))
         var delivered = 0
+        var tooLong = 0
         for _ in 0..<40 {
             var stream: [UInt8] = [0x7E]
             for _ in 0..<(1 + rng.below(5)) {
@@ -199,8 +200,11 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
             }
             let (frames, _) = decodeAllWays(stream) { HDLCDecoder(receiveACCM: receiveACCM) }
             delivered += frames.count
+            // And with a small MRU, so frames overflow the buffer in a run and in an escape pair.
+            let (_, small) = decodeAllWays(stream) { HDLCDecoder(mru: 24, receiveACCM: receiveACCM) }
+            tooLong += small.tooLong
         }
-        #expect(delivered > 20)
+        #expect(delivered > 20 && tooLong > 20)
     }
 
     @Test(arguments: [FCSKind.fcs16, .fcs32, .none])
