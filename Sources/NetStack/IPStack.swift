@@ -346,7 +346,7 @@ public struct IPStack: Sendable {
     public mutating func pollAtInPlace() -> Instant? {
         var t = reassembly.pollAt
         for i in connections.positions {
-            if let p = connections.modify(position: i, { $0.pollAt }) ?? nil { t = t.map { min($0, p) } ?? p }
+            if let p = connections.inspect(position: i, { $0.pollAt }) ?? nil { t = t.map { min($0, p) } ?? p }
         }
         return t
     }

@@ -16,6 +16,14 @@ struct ConnectionTable: Sendable {
     private var slotOf: [ConnectionID: Int] = [:]
     private var free: [Int] = []
 
+    /// Set by every change through `modify` and `insert`; cleared by the stack once it has
+    /// collected what every connection had to send and say (`collectSegments`). Until it is set
+    /// again no connection can have anything new, and the stack, asked for its events several
+    /// times a turn, skips walking them. Queries go through `inspect`, which leaves it alone.
+    private(set) var changedSinceCollected = true
+
+    mutating func markCollected() { changedSinceCollected = false }
+
     var count: Int { slotOf.count }
     var isEmpty: Bool { slotOf.isEmpty }
     var keys: Dictionary<ConnectionID, Int>.Keys { slotOf.keys }
@@ -24,6 +32,14 @@ struct ConnectionTable: Sendable {
     /// than `_read`/`_modify` accessors: a coroutine's frame is allocated on the heap when it
     /// is not inlined, once per access.)
     mutating func modify<R>(_ id: ConnectionID, _ body: (inout TCPConnection) -> R) -> R? {
+        guard let i = slotOf[id] else { return nil }
+        changedSinceCollected = true
+        return body(&slots[i]!)
+    }
+
+    /// `modify` for a query: `body` reads the connection where it lies and must change nothing
+    /// (not marked as a change). In place because a non-mutating read copies it (see above).
+    mutating func inspect<R>(_ id: ConnectionID, _ body: (inout TCPConnection) -> R) -> R? {
         guard let i = slotOf[id] else { return nil }
         return body(&slots[i]!)
     }
@@ -34,6 +50,7 @@ struct ConnectionTable: Sendable {
     func copy(_ id: ConnectionID) -> TCPConnection? { slotOf[id].flatMap { slots[$0] } }
 
     mutating func insert(_ c: TCPConnection, id: ConnectionID) {
+        changedSinceCollected = true
         if let i = slotOf[id] {
             slots[i] = c
         } else if let i = free.popLast() {
@@ -71,6 +88,13 @@ struct ConnectionTable: Sendable {
     }
 
     mutating func modify<R>(position: Int, _ body: (inout TCPConnection) -> R) -> R? {
+        guard slots[position] != nil else { return nil }
+        changedSinceCollected = true
+        return body(&slots[position]!)
+    }
+
+    /// `inspect` by position.
+    mutating func inspect<R>(position: Int, _ body: (inout TCPConnection) -> R) -> R? {
         guard slots[position] != nil else { return nil }
         return body(&slots[position]!)
     }
