@@ -78,6 +78,26 @@ enum ScanMode: Sendable {
         }
     }
 
+    /// True when one of the sixteen bytes of `block` is in the set (always, for `.table`).
+    /// Sixteen at a time with vector compares (SSE2 on x86-64, NEON on ARM); the word tests
+    /// then find which byte it is. Written vector against vector, and reduced through the
+    /// lanes' bits: the forms taking a scalar, and `any`, are not always made vector code.
+    @inline(__always) func blockMayContainSpecial(_ block: SIMD16<UInt8>) -> Bool {
+        let flag = SIMD16<UInt8>(repeating: HDLC.flag), escape = SIMD16<UInt8>(repeating: HDLC.escape)
+        let special: SIMDMask<SIMD16<Int8>>
+        switch self {
+        case .flagAndEscape:
+            special = (block .== flag) .| (block .== escape)
+        case .controlsFlagAndEscape:
+            // Below 0x20: the top three bits clear.
+            special = ((block & SIMD16<UInt8>(repeating: 0xE0)) .== SIMD16<UInt8>()) .| (block .== flag) .| (block .== escape)
+        case .table:
+            return true
+        }
+        let lanes = unsafeBitCast(special, to: SIMD2<UInt64>.self)
+        return lanes[0] | lanes[1] != 0
+    }
+
     @inline(__always) func mayContainSpecial(_ x: UInt64) -> Bool {
         switch self {
         case .flagAndEscape: return WordScan.hasFlagOrEscape(x) != 0

@@ -121,14 +121,17 @@ public struct HDLCDecoder: Sendable {
             let capacity = bufferPointer.count
             var i = 0
             while i < n {
-                // Fast path, inside a frame: find the next byte that is not plain data (eight
-                // at a time, where the lowest flagged byte of a word is exactly the first
-                // special one), copy the run before it as one block, and take an escape pair
+                // Fast path, inside a frame: find the next byte that is not plain data (sixteen
+                // at a time, then eight, where the lowest flagged byte of a word is exactly the
+                // first special one), copy the run before it as one block, and take an escape pair
                 // in place. Whatever else needs the state machine (a flag, an ignored byte,
                 // an escape split across chunks or followed by a special byte) leaves it.
                 fast: while !hunting && !escaped && !overflowed && i < n {
                     var j = i
                     if case .table = mode {} else {
+                        while j + 16 <= n && !mode.blockMayContainSpecial(p.loadUnaligned(fromByteOffset: j, as: SIMD16<UInt8>.self)) {
+                            j += 16
+                        }
                         while j + 8 <= n {
                             let special = mode.specialBytes(p.loadUnaligned(fromByteOffset: j, as: UInt64.self))
                             if special != 0 {

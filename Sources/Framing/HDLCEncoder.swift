@@ -115,7 +115,8 @@ public struct HDLCEncoder: Sendable {
     }
 
     /// Escapes `src` into `dst` (which has room for twice its length plus 8) and returns the
-    /// bytes written. Eight bytes that need no escape are copied as one word; otherwise each
+    /// bytes written. Sixteen bytes that need no escape are copied as one vector, eight as one
+    /// word; otherwise each
     /// byte costs one table load: the entry holds the one or two output bytes and their count,
     /// and the loop always stores two bytes and advances by the count, without branching.
     @inline(__always)
@@ -133,6 +134,15 @@ public struct HDLCEncoder: Sendable {
         }
         if case .table = mode {} else {
             while i + 8 <= count {
+                if i + 16 <= count {
+                    let block = s.loadUnaligned(fromByteOffset: i, as: SIMD16<UInt8>.self)
+                    if !mode.blockMayContainSpecial(block) {
+                        raw.storeBytes(of: block, toByteOffset: j, as: SIMD16<UInt8>.self)
+                        i += 16
+                        j += 16
+                        continue
+                    }
+                }
                 let word = s.loadUnaligned(fromByteOffset: i, as: UInt64.self)
                 if mode.mayContainSpecial(word) {
                     var w = UInt64(littleEndian: word)

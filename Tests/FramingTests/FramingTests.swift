@@ -165,6 +165,33 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
         #expect(counters.badHeader == 1)
     }
 
+    /// A special byte at every position of the sixteen-byte blocks and eight-byte words the
+    /// encoder and decoder scan, in both sets they scan for: the bytes on the wire are exactly
+    /// the escaping RFC 1662 §4.2 defines, and they decode back.
+    @Test(arguments: [UInt32(0), 0xFFFF_FFFF])
+    func aSpecialByteAtEveryPositionOfABlock(accm: UInt32) {
+        let encoder = HDLCEncoder(fcs: .none, escapes: EscapeSet(accm: accm), compressAddressControl: true, compressProtocol: true)
+        for special: UInt8 in [0x7E, 0x7D, 0x00, 0x1F, 0x20, 0x5E, 0x80, 0xFF] {
+            for position in 0..<48 {
+                var info = [UInt8](repeating: 0x41, count: 48)
+                info[position] = special
+                let wire = encoder.encode(protocol: 0x0021, information: info)
+                var expected: [UInt8] = [0x7E, 0x21]
+                for b in info {
+                    if b == 0x7E || b == 0x7D || (b < 0x20 && (accm >> UInt32(b)) & 1 == 1) {
+                        expected += [0x7D, b ^ 0x20]
+                    } else {
+                        expected.append(b)
+                    }
+                }
+                expected.append(0x7E)
+                #expect(wire == expected, "special \(special) at \(position)")
+                let (frames, counters) = decodeAllWays(wire) { HDLCDecoder(fcs: .none, receiveACCM: accm) }
+                #expect(frames.map(\.information) == [info] && counters.droppedFrames == 0, "special \(special) at \(position)")
+            }
+        }
+    }
+
     /// The word scan finds the first special byte at every position in a word, for each of the
     /// receive ACCMs that select a scan (0, all ones) and one that takes the table: whole
     /// streams decode as they do a byte at a time and in random chunks (`decodeAllWays`).
