@@ -1,52 +1,99 @@
-/// A FIFO of bytes over one contiguous array: appends at the tail, consumes from the head,
-/// and compacts only when the consumed prefix is large, so steady streaming costs one copy
-/// per byte in and one out.
+/// A FIFO of bytes in a ring: appends at the tail, consumes from the head, and never moves
+/// what it holds except to grow. A TCP send buffer is consumed a segment's worth at a time
+/// by the ACKs while the application keeps appending; a ring costs one copy per byte in and
+/// one out, and nothing per ACK.
+///
+/// The storage grows by doubling when an append does not fit (what is held is then laid out
+/// again from the start) and is kept when the queue empties; `removeAll` lets it go.
 public struct ByteQueue: Sendable {
+    /// As long as the ring's capacity; `count` bytes from `head` on, wrapping at the end.
     private var storage: [UInt8] = []
     private var head = 0
+    public private(set) var count = 0
 
     public init() {}
 
-    public var count: Int { storage.count - head }
     public var isEmpty: Bool { count == 0 }
 
+    /// What the ring holds before it must grow.
+    public var capacity: Int { storage.count }
+
     public mutating func append<C: Collection<UInt8>>(contentsOf bytes: C) {
-        storage.append(contentsOf: bytes)
+        if bytes.withContiguousStorageIfAvailable({ append(UnsafeRawBufferPointer($0)) }) == nil {
+            Array(bytes).withUnsafeBytes { append($0) }
+        }
+    }
+
+    public mutating func append(_ bytes: UnsafeRawBufferPointer) {
+        let n = bytes.count
+        guard n > 0, let source = bytes.baseAddress else { return }
+        if count + n > storage.count { grow(toHold: count + n) }
+        let capacity = storage.count
+        var tail = head + count
+        if tail >= capacity { tail -= capacity }
+        let first = min(n, capacity - tail)
+        storage.withUnsafeMutableBytes { ring in
+            ring.baseAddress!.advanced(by: tail).copyMemory(from: source, byteCount: first)
+            if n > first { ring.baseAddress!.copyMemory(from: source + first, byteCount: n - first) }
+        }
+        count += n
+    }
+
+    /// Lays the bytes held out again from the start of a ring at least twice as large.
+    private mutating func grow(toHold needed: Int) {
+        var capacity = max(storage.count, 4096)
+        while capacity < needed { capacity *= 2 }
+        var larger = [UInt8](repeating: 0, count: capacity)
+        larger.withUnsafeMutableBytes { copyOut(offset: 0, length: count, to: $0.baseAddress!) }
+        storage = larger
+        head = 0
     }
 
     /// Drops `n` bytes (at most `count`) from the head.
     public mutating func removeFirst(_ n: Int) {
-        head += Swift.min(n, count)
-        if head == storage.count {
-            storage.removeAll(keepingCapacity: true)
-            head = 0
-        } else if head >= 65536 && head * 2 >= storage.count {
-            storage.removeFirst(head)
-            head = 0
-        }
+        let k = min(max(n, 0), count)
+        head += k
+        if head >= storage.count { head -= storage.count }
+        count -= k
+        if count == 0 { head = 0 }
     }
 
     /// Copies `length` bytes starting `offset` bytes after the head.
     public func copy(offset: Int, length: Int) -> [UInt8] {
-        precondition(offset >= 0 && length >= 0 && offset + length <= count)
-        return Array(storage[(head + offset)..<(head + offset + length)])
+        var out: [UInt8] = []
+        copy(offset: offset, length: length, appendingTo: &out)
+        return out
     }
 
     /// `copy` onto the end of `out`.
     public func copy(offset: Int, length: Int, appendingTo out: inout [UInt8]) {
-        precondition(offset >= 0 && length >= 0 && offset + length <= count)
-        out.append(contentsOf: storage[(head + offset)..<(head + offset + length)])
+        precondition(offset >= 0 && length >= 0 && offset <= count - length)
+        guard length > 0 else { return }
+        let capacity = storage.count
+        var start = head + offset
+        if start >= capacity { start -= capacity }
+        let first = min(length, capacity - start)
+        out.reserveCapacity(out.count + length)
+        out.append(contentsOf: storage[start..<(start + first)])
+        if length > first { out.append(contentsOf: storage[0..<(length - first)]) }
+    }
+
+    /// The `length` bytes from `offset` after the head, in at most two pieces, to `destination`.
+    private func copyOut(offset: Int, length: Int, to destination: UnsafeMutableRawPointer) {
+        guard length > 0 else { return }
+        storage.withUnsafeBytes { ring in
+            let capacity = ring.count
+            var start = head + offset
+            if start >= capacity { start -= capacity }
+            let first = min(length, capacity - start)
+            destination.copyMemory(from: ring.baseAddress! + start, byteCount: first)
+            if length > first { (destination + first).copyMemory(from: ring.baseAddress!, byteCount: length - first) }
+        }
     }
 
     /// Removes and returns up to `maximum` bytes from the head.
     public mutating func take(_ maximum: Int) -> [UInt8] {
-        let n = Swift.min(maximum, count)
-        // All of it, from the start of the buffer: the buffer itself is handed over. (A copy of
-        // the whole would share it anyway, and emptying the queue would then allocate anew.)
-        if n == storage.count && head == 0 && n > 0 {
-            defer { storage = [] }
-            return storage
-        }
+        let n = min(max(maximum, 0), count)
         let bytes = copy(offset: 0, length: n)
         removeFirst(n)
         return bytes
@@ -56,15 +103,16 @@ public struct ByteQueue: Sendable {
     /// both keep their storage, so a reader with a buffer of its own allocates nothing.
     @discardableResult
     public mutating func take(_ maximum: Int, appendingTo out: inout [UInt8]) -> Int {
-        let n = Swift.min(maximum, count)
+        let n = min(max(maximum, 0), count)
         guard n > 0 else { return 0 }
-        out.append(contentsOf: storage[head..<(head + n)])
+        copy(offset: 0, length: n, appendingTo: &out)
         removeFirst(n)
         return n
     }
 
     public mutating func removeAll() {
-        storage.removeAll()
+        storage = []
         head = 0
+        count = 0
     }
 }
