@@ -10,20 +10,37 @@ import PPP
 /// sans-IO.
 public final class LinkSession: LoopClient {
     public let line: SerialLine
+    #if DEBUG
     public private(set) var link: PPPLink
+    #else
+    // Release builds leave out the runtime's exclusivity check on this property, which cost
+    // about 70 instructions for every access, several on every turn of the loop. It holds a
+    // sans-IO core (no callbacks, no references back), so an access to it can only be nested
+    // in another through a closure written in this file, and none is. Debug builds, and so
+    // every test suite, keep the check.
+    @exclusivity(unchecked) public private(set) var link: PPPLink
+    #endif
     private let pcap: PcapWriter?
     private let record: PPPDRecordWriter?
     private let onEvent: (LinkEvent) -> Void
     /// Also told of every link event (after `onEvent`).
     public var onLinkEvent: ((LinkEvent) -> Void)?
     /// What is waiting for the line: control frames ahead of IP frames.
+    #if DEBUG
     private var output = LineOutputQueue()
+    #else
+    // Without the runtime's exclusivity check in release builds, as `link` (above).
+    @exclusivity(unchecked) private var output = LineOutputQueue()
+    #endif
     private let started: Instant
     /// What carries IP once IPCP is up; without one, IP packets are counted and dropped.
     public let attachment: NetworkAttachment?
     /// Seeded frame loss on the line, both ways, for recovery tests against real peers.
     private var inboundLoss: FrameDropper?
     private var outboundLoss: FrameDropper?
+    /// Whether the two above are set: a constant, asked on every read and every packet without
+    /// the runtime's exclusivity check that looking at an optional property costs.
+    private let dropsFrames: Bool
     /// Close the link once the attachment says it is finished (e.g. a ping run).
     public var closeWhenAttachmentFinished = false
     /// Lines for a person (counters on SIGUSR1).
@@ -110,6 +127,7 @@ public final class LinkSession: LoopClient {
         self.link = link
         self.attachment = attachment
         lineQueueLimit = LinkSession.defaultLineQueueLimit(bitsPerSecond: line.bitsPerSecond)
+        dropsFrames = frameLoss > 0
         if frameLoss > 0 {
             inboundLoss = FrameDropper(frameLoss: frameLoss, seed: seed)
             outboundLoss = FrameDropper(frameLoss: frameLoss, seed: seed &+ 1)
@@ -300,14 +318,14 @@ public final class LinkSession: LoopClient {
         }
         line.peerAttached()
         lineBytesIn += count
-        guard record != nil || inboundLoss != nil else {
+        guard record != nil || dropsFrames else {
             // The common case: decoded straight from the read buffer.
             readBuffer.withUnsafeBytes { link.receive(UnsafeRawBufferPointer(rebasing: $0[0..<count]), now: now) }
             return
         }
         var chunk = Array(readBuffer[0..<count])
         record?.record(.received, chunk, elapsedTenths: tenths(now))
-        if inboundLoss != nil { chunk = inboundLoss!.filter(chunk) }
+        if dropsFrames { chunk = inboundLoss!.filter(chunk) }
         link.receive(chunk, now: now)
     }
 
@@ -351,7 +369,7 @@ public final class LinkSession: LoopClient {
             control.removeAll()
             overflowed = true
         }
-        if outboundLoss != nil { control = outboundLoss!.filter(control) }
+        if dropsFrames { control = outboundLoss!.filter(control) }
         output.append(control: control)
         // Then IP packets while the queue has room.
         if let a = attachment {
@@ -371,7 +389,7 @@ public final class LinkSession: LoopClient {
                     continue
                 }
                 let sent: Bool
-                if outboundLoss == nil {
+                if !dropsFrames {
                     // Compressed in place and framed straight into the queue.
                     sent = output.appendDataFrame { link.send(ipPacket: &packets[i], now: now, framingInto: &$0) }
                 } else if link.send(ipPacket: packets[i], now: now) {

@@ -30,7 +30,14 @@ final class Relay {
     /// Our stack's connection is established (accepted ones start established).
     var stackEstablished: Bool
     /// Bytes from the terminal waiting for the host socket.
+    #if DEBUG
     var toHost: [UInt8] = []
+    #else
+    // Without the runtime's exclusivity check in release builds (several accesses on every
+    // pump): only `RelayTable` touches it, one call at a time, never from a closure. Debug
+    // builds, and so every test suite, keep the check.
+    @exclusivity(unchecked) var toHost: [UInt8] = []
+    #endif
     var toHostStart = 0
     /// The host half-closed: carried to the terminal as our FIN.
     var hostEOF = false

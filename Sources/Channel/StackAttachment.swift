@@ -53,7 +53,17 @@ extension StackApplication {
 /// it can also ping through the link.
 public final class StackAttachment: NetworkAttachment {
     /// Set and cleared only by `linkUp` and `linkDown`, together with `stackIsUp`.
+    #if DEBUG
     public internal(set) var stack: IPStack?
+    #else
+    // Release builds leave out the runtime's exclusivity check on this property, which cost
+    // about 70 instructions for every access, many on every packet. The stack is sans-IO (no
+    // callbacks, no references back), and the applications reach it one call at a time
+    // (`host.stack!.read(…)`) or through `inPlace` with closures that touch only the stack they
+    // are given: no access to it is nested in another. Debug builds, and so every test suite,
+    // keep the check.
+    @exclusivity(unchecked) public internal(set) var stack: IPStack?
+    #endif
     /// Whether `stack` is set, kept beside it: asked on every packet, and looking at an
     /// optional struct in an object's property copies it. (No observer on `stack` instead:
     /// that would turn every change made in place into a copy and a write back.)
