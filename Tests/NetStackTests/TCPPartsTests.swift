@@ -231,11 +231,16 @@ import Testing
         #expect(table.modify(ids[0]) { $0.unacknowledgedBytes } == 3)
         #expect(table.modify(ConnectionID(rawValue: 99)) { $0.write([1], now: .zero) } == nil)
         // A freed slot in the middle is reused; freed slots at the end are let go.
+        // Looked up just before, so remembered: a removed id is forgotten with its slot.
+        #expect(table.inspect(ids[1]) { $0.local.port } == 1001)
         #expect(table.removeValue(forKey: ids[1])?.local.port == 1001)
         #expect(!table.contains(ids[1]) && table.positions.count == 3 && table.id(at: 1) == nil)
+        #expect(table.inspect(ids[1]) { $0.local.port } == nil)
         let fourth = ConnectionID(rawValue: 4)
         table.insert(Self.connection(port: 1003), id: fourth)
         #expect(table.id(at: 1) == fourth && table.positions.count == 3)
+        #expect(table.modify(ids[1]) { $0.local.port } == nil)
+        #expect(table.inspect(fourth) { $0.local.port } == 1003)
         table.removeValue(forKey: ids[2])
         table.removeValue(forKey: fourth)
         #expect(table.positions.count == 1 && table.count == 1)

@@ -15,6 +15,9 @@ struct ConnectionTable: Sendable {
     private var ids: [ConnectionID?] = []
     private var slotOf: [ConnectionID: Int] = [:]
     private var free: [Int] = []
+    /// The connection last found by id, and where: the channel asks several things of one
+    /// connection in a row (its state, its room, a read), and a lookup hashes the id.
+    private var lastFound: (id: ConnectionID, slot: Int)?
 
     /// Set by every change through `modify` and `insert`; cleared by the stack once it has
     /// collected what every connection had to send and say (`collectSegments`). Until it is set
@@ -32,7 +35,7 @@ struct ConnectionTable: Sendable {
     /// than `_read`/`_modify` accessors: a coroutine's frame is allocated on the heap when it
     /// is not inlined, once per access.)
     mutating func modify<R>(_ id: ConnectionID, _ body: (inout TCPConnection) -> R) -> R? {
-        guard let i = slotOf[id] else { return nil }
+        guard let i = slot(of: id) else { return nil }
         changedSinceCollected = true
         return body(&slots[i]!)
     }
@@ -40,8 +43,15 @@ struct ConnectionTable: Sendable {
     /// `modify` for a query: `body` reads the connection where it lies and must change nothing
     /// (not marked as a change). In place because a non-mutating read copies it (see above).
     mutating func inspect<R>(_ id: ConnectionID, _ body: (inout TCPConnection) -> R) -> R? {
-        guard let i = slotOf[id] else { return nil }
+        guard let i = slot(of: id) else { return nil }
         return body(&slots[i]!)
+    }
+
+    private mutating func slot(of id: ConnectionID) -> Int? {
+        if let last = lastFound, last.id == id { return last.slot }
+        guard let i = slotOf[id] else { return nil }
+        lastFound = (id, i)
+        return i
     }
 
     func contains(_ id: ConnectionID) -> Bool { slotOf[id] != nil }
@@ -102,6 +112,7 @@ struct ConnectionTable: Sendable {
     // MARK: Bookkeeping
 
     private mutating func release(_ i: Int, _ id: ConnectionID) {
+        if lastFound?.id == id { lastFound = nil }
         slots[i] = nil
         ids[i] = nil
         slotOf[id] = nil
