@@ -34,8 +34,9 @@ final class Relay {
     var toHost: [UInt8] = []
     #else
     // Without the runtime's exclusivity check in release builds (several accesses on every
-    // pump): only `RelayTable` touches it, one call at a time, never from a closure. Debug
-    // builds, and so every test suite, keep the check.
+    // pump): `RelayTable` touches it one call at a time, never from a closure (and the SOCKS
+    // proxy sets it once, before the relay is added). Debug builds, and so every test suite,
+    // keep the check.
     @exclusivity(unchecked) var toHost: [UInt8] = []
     #endif
     var toHostStart = 0

@@ -42,10 +42,14 @@ import Testing
                 let length = Int(random.next() % UInt64(model.count - offset + 1))
                 #expect(queue.copy(offset: offset, length: length) == Array(model[offset..<(offset + length)]))
             default:
-                if step % 500 == 9 {
-                    queue.removeAll()
-                    model.removeAll()
-                }
+                // Nothing asked for: a negative count is none.
+                queue.removeFirst(-3)
+                #expect(queue.take(-1) == [])
+            }
+            if step % 500 == 499 {
+                queue.removeAll()
+                model.removeAll()
+                #expect(queue.capacity == 0)
             }
             #expect(queue.count == model.count && queue.isEmpty == model.isEmpty)
             #expect(queue.capacity >= queue.count)

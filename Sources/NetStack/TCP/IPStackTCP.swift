@@ -198,20 +198,32 @@ extension IPStack {
         send(protocol: IPProtocol.tcp, to: source, payload: reset.emit(source: configuration.address, destination: source, payload: []))
     }
 
-    /// Moves every connection's segments and events out, and forgets finished connections.
-    /// `releasingAcks`: ACKs held while segments came in go now (the caller takes the output).
-    private mutating func nothingPendingAnywhere() -> Bool {
-        for i in connections.positions where connections.inspect(position: i, { $0.hasPending }) == true { return false }
+    /// A closed connection is let go once the application released it, or never took it, or
+    /// has read all it received.
+    private mutating func isFinished(_ id: ConnectionID, at position: Int) -> Bool {
+        released.contains(id) || pendingAccept[id] != nil || connections.inspect(position: position, { $0.readableBytes }) == 0
+    }
+
+    /// What a walk would find now: no connection with a segment or an event pending, and none
+    /// closed and finished.
+    private mutating func walkWouldFindNothing() -> Bool {
+        for i in connections.positions {
+            guard let id = connections.id(at: i),
+                  let c = connections.inspect(position: i, { (pending: $0.hasPending, closed: $0.state == .closed) }) else { continue }
+            if c.pending || (c.closed && isFinished(id, at: i)) { return false }
+        }
         return true
     }
 
+    /// Moves every connection's segments and events out, and forgets finished connections.
+    /// `releasingAcks`: ACKs held while segments came in go now (the caller takes the output).
     mutating func collectSegments(releasingAcks: Bool = false) {
         // Nothing changed since the last walk: no connection has a segment or an event for us,
         // or a reason to be let go. (Held ACKs wait for a releasing walk, which always runs,
         // once a turn; so would a change the table missed, late but not lost.)
         guard releasingAcks || connections.changedSinceCollected else {
             // Checked in debug builds (the test suites): a walk skipped would have found nothing.
-            assert(nothingPendingAnywhere(), "a connection changed without the table knowing")
+            assert(walkWouldFindNothing(), "a connection changed without the table knowing")
             return
         }
         defer { connections.markCollected() }
@@ -254,7 +266,7 @@ extension IPStack {
                 }
             }
             connections.modify(position: i) { $0.clearPending() }
-            if c.closed && (released.contains(id) || pendingAccept[id] != nil || connections.modify(position: i, { $0.readableBytes }) == 0) {
+            if c.closed && isFinished(id, at: i) {
                 finished.append(id)
             }
         }
