@@ -148,11 +148,12 @@ extension IPStack {
         if h.flags.contains(.rst) { counterBase.tcpResetsReceived += 1 }
         if let id = demux[FourTuple(localPort: h.destinationPort, remote: remote)] {
             let hold = configuration.acknowledgeAtCollection
-            let taken = connections.modify(id) { c in
+            let delivered = connections.modify(id) { c -> Bool in
                 if hold { c.holdAcks(now: now) }
                 c.receive(h, payload: payload, now: now)
+                return true
             }
-            if taken != nil { return }
+            if delivered == true { return }
             // A four-tuple left behind by a connection that is gone: forgotten, and the segment
             // is treated as one for no connection.
             demux[FourTuple(localPort: h.destinationPort, remote: remote)] = nil
