@@ -7,6 +7,9 @@ import PPP
 public protocol NetworkAttachment: AnyObject {
     func linkUp(_ result: IPCPResult, mtu: Int, now: Instant) throws(SystemError)
     func linkDown()
+    /// One packet of a batch (a line read's worth). The session takes the output once the
+    /// batch's packets are all in (`takeOutgoing`), and an attachment may wait for that to act
+    /// on them.
     func receive(packet: [UInt8], now: Instant)
     func takeOutgoing(now: Instant) -> [[UInt8]]
     /// `takeOutgoing` into `packets`, which the session keeps from batch to batch (emptied

@@ -241,10 +241,12 @@ public final class StackAttachment: NetworkAttachment {
     /// with the connection, and a burst of datagrams could pass a socket's queue before anyone
     /// reads it. The ACKs wait for `takeOutgoing` at the batch's end
     /// (`IPStackConfiguration.acknowledgeAtCollection`), so they advertise what was read.
+    /// Hands the stack one packet of a batch. Its events wait for the batch's end
+    /// (`takeOutgoing`), where the applications are served once for every packet in it: a turn
+    /// that brings one frame then serves once, not once per packet and again at the end.
     public func receive(packet: [UInt8], now: Instant) {
         batching = true
         stack?.receive(packet: packet, now: now)
-        serve(now: now)
     }
 
     public func takeOutgoing(now: Instant) -> [[UInt8]] {
