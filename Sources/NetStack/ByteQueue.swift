@@ -28,13 +28,11 @@ public struct ByteQueue: Sendable {
         let n = bytes.count
         guard n > 0, let source = bytes.baseAddress else { return }
         if count + n > storage.count { grow(toHold: count + n) }
-        let capacity = storage.count
-        var tail = head + count
-        if tail >= capacity { tail -= capacity }
-        let first = min(n, capacity - tail)
+        // Onto the free space after the tail, wrapping like the bytes held do.
+        let (first, second) = pieces(offset: count, length: n)
         storage.withUnsafeMutableBytes { ring in
-            ring.baseAddress!.advanced(by: tail).copyMemory(from: source, byteCount: first)
-            if n > first { ring.baseAddress!.copyMemory(from: source + first, byteCount: n - first) }
+            (ring.baseAddress! + first.lowerBound).copyMemory(from: source, byteCount: first.count)
+            if !second.isEmpty { ring.baseAddress!.copyMemory(from: source + first.count, byteCount: second.count) }
         }
         count += n
     }
@@ -69,25 +67,29 @@ public struct ByteQueue: Sendable {
     public func copy(offset: Int, length: Int, appendingTo out: inout [UInt8]) {
         precondition(offset >= 0 && length >= 0 && offset <= count - length)
         guard length > 0 else { return }
-        let capacity = storage.count
-        var start = head + offset
-        if start >= capacity { start -= capacity }
-        let first = min(length, capacity - start)
+        let (first, second) = pieces(offset: offset, length: length)
         out.reserveCapacity(out.count + length)
-        out.append(contentsOf: storage[start..<(start + first)])
-        if length > first { out.append(contentsOf: storage[0..<(length - first)]) }
+        out.append(contentsOf: storage[first])
+        if !second.isEmpty { out.append(contentsOf: storage[second]) }
+    }
+
+    /// Where the `length` bytes from `offset` after the head lie in `storage` (held bytes, or
+    /// free space past the tail): one range, then a second (empty unless they wrap) from its
+    /// start. `offset + length` is at most the capacity.
+    private func pieces(offset: Int, length: Int) -> (Range<Int>, Range<Int>) {
+        var start = head + offset
+        if start >= storage.count { start -= storage.count }
+        let first = min(length, storage.count - start)
+        return (start..<(start + first), 0..<(length - first))
     }
 
     /// The `length` bytes from `offset` after the head, in at most two pieces, to `destination`.
     private func copyOut(offset: Int, length: Int, to destination: UnsafeMutableRawPointer) {
         guard length > 0 else { return }
+        let (first, second) = pieces(offset: offset, length: length)
         storage.withUnsafeBytes { ring in
-            let capacity = ring.count
-            var start = head + offset
-            if start >= capacity { start -= capacity }
-            let first = min(length, capacity - start)
-            destination.copyMemory(from: ring.baseAddress! + start, byteCount: first)
-            if length > first { (destination + first).copyMemory(from: ring.baseAddress!, byteCount: length - first) }
+            destination.copyMemory(from: ring.baseAddress! + first.lowerBound, byteCount: first.count)
+            if !second.isEmpty { (destination + first.count).copyMemory(from: ring.baseAddress!, byteCount: second.count) }
         }
     }
 
