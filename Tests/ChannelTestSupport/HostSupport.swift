@@ -152,6 +152,21 @@ public final class LoopbackServer: @unchecked Sendable {
     private(set) var accepted = 0
 
     /// `receiveBuffer` sets SO_RCVBUF on the listener (accepted sockets inherit it).
+    /// A server on a port free a moment ago: `Host.freePort` closes the port it found, and a
+    /// suite running beside this one may take it before the bind, so another is tried then.
+    public static func onFreePort(mode: Mode) throws -> (server: LoopbackServer, port: UInt16) {
+        var attempt = 0
+        while true {
+            let port = Host.freePort()
+            do {
+                return (try LoopbackServer(port: port, mode: mode), port)
+            } catch {
+                attempt += 1
+                if attempt == 5 { throw error }
+            }
+        }
+    }
+
     public init(port: UInt16, mode: Mode, address: IPv4Address = IPv4Address(127, 0, 0, 1), receiveBuffer: Int32? = nil) throws {
         self.port = port
         self.mode = mode

@@ -35,8 +35,7 @@ struct HostileTerminalTests {
     /// random sources (at most 32 MB of growth), a SYN flood and 5000 connection attempts at a
     /// terminal→host bridge. Prints one line per attack with the host's memory before and after.
     @Test func theHostSurvivesEveryAttackAndStillEchoes() async throws {
-        let bridgePort = Host.freePort()
-        let server = try LoopbackServer(port: bridgePort, mode: .echo)
+        let (server, bridgePort) = try LoopbackServer.onFreePort(mode: .echo)
         defer { server.stop() }
         let link = try await KernelLink(hostOptions: ["--bridge", "terminal:\(bridgePort)"])
         defer { link.stop() }
