@@ -204,7 +204,7 @@ public struct HDLCDecoder: Sendable {
     /// Decodes `bytes` and returns the frames, copied out.
     public mutating func decode(_ bytes: [UInt8]) -> [PPPFrame] {
         var frames: [PPPFrame] = []
-        bytes.withUnsafeBytes { raw in decode(raw) { frames.append($0.frame) } }
+        _ = bytes.withUnsafeBytes { raw in decode(raw) { frames.append($0.frame) } }
         return frames
     }
 

@@ -320,26 +320,15 @@ public struct VJDecompressor: Sendable {
     /// `packet` left empty, for a packet that cannot be rebuilt.
     public mutating func compressed(_ bytes: [UInt8], into packet: inout [UInt8]) -> Bool {
         packet.removeAll(keepingCapacity: true)
-        var i = 0
+        var reader = CompressedHeaderReader(bytes: bytes)
         func fail() -> Bool {
             errors += 1
             tossing = true
             return false
         }
-        func byte() -> UInt8? {
-            guard i < bytes.count else { return nil }
-            defer { i += 1 }
-            return bytes[i]
-        }
-        func delta() -> UInt16? {
-            guard let first = byte() else { return nil }
-            if first != 0 { return UInt16(first) }
-            guard let high = byte(), let low = byte() else { return nil }
-            return UInt16(high) << 8 | UInt16(low)
-        }
-        guard let changes = byte(), changes & 0x80 == 0 else { return fail() }
+        guard let changes = reader.byte(), changes & 0x80 == 0 else { return fail() }
         if changes & VJBits.connection != 0 {
-            guard let slot = byte(), Int(slot) < slots.count else { return fail() }
+            guard let slot = reader.byte(), Int(slot) < slots.count else { return fail() }
             lastSlot = Int(slot)
             tossing = false
         } else if tossing {
@@ -350,33 +339,33 @@ public struct VJDecompressor: Sendable {
         // leaves the slot as it was (the one after an explicit connection goes on from it).
         guard let saved = slots[lastSlot], let layout = HeaderLayout(saved) else { return fail() }
         let tcp = layout.ipLength
-        guard let c0 = byte(), let c1 = byte() else { return fail() }
+        guard let c0 = reader.byte(), let c1 = reader.byte() else { return fail() }
         var urgent: UInt16?, window: UInt16 = 0, ack: UInt16 = 0, sequence: UInt16 = 0
         let special = changes & VJBits.specialsMask
         if special != VJBits.specialI && special != VJBits.specialD {
             if changes & VJBits.urgent != 0 {
-                guard let u = delta() else { return fail() }
+                guard let u = reader.delta() else { return fail() }
                 urgent = u
             }
             if changes & VJBits.window != 0 {
-                guard let w = delta() else { return fail() }
+                guard let w = reader.delta() else { return fail() }
                 window = w
             }
             if changes & VJBits.ack != 0 {
-                guard let a = delta() else { return fail() }
+                guard let a = reader.delta() else { return fail() }
                 ack = a
             }
             if changes & VJBits.sequence != 0 {
-                guard let d = delta() else { return fail() }
+                guard let d = reader.delta() else { return fail() }
                 sequence = d
             }
         }
         var idDelta: UInt16 = 1
         if changes & VJBits.ipID != 0 {
-            guard let d = delta() else { return fail() }
+            guard let d = reader.delta() else { return fail() }
             idDelta = d
         }
-        let total = layout.total + (bytes.count - i)
+        let total = layout.total + (bytes.count - reader.offset)
         guard total <= 65535 else { return fail() }
         // Taken out of its slot while it changes, so the change happens in place (a copy
         // shared with the slot would be copied again on the first write).
@@ -386,13 +375,12 @@ public struct VJDecompressor: Sendable {
         h[tcp + 17] = c1
         if changes & VJBits.push != 0 { h[tcp + 13] |= 0x08 } else { h[tcp + 13] &= ~0x08 }
         let lastData = Int(BigEndian.uint16(h, 2)) - layout.total
-        func add32(_ at: Int, _ d: UInt32) { BigEndian.put(BigEndian.uint32(h, at) &+ d, into: &h, at: at) }
         switch special {
         case VJBits.specialI:
-            add32(tcp + 8, UInt32(truncatingIfNeeded: lastData))
-            add32(tcp + 4, UInt32(truncatingIfNeeded: lastData))
+            Self.add(UInt32(truncatingIfNeeded: lastData), toUInt32At: tcp + 8, in: &h)
+            Self.add(UInt32(truncatingIfNeeded: lastData), toUInt32At: tcp + 4, in: &h)
         case VJBits.specialD:
-            add32(tcp + 4, UInt32(truncatingIfNeeded: lastData))
+            Self.add(UInt32(truncatingIfNeeded: lastData), toUInt32At: tcp + 4, in: &h)
         default:
             if let urgent {
                 h[tcp + 13] |= 0x20
@@ -401,17 +389,45 @@ public struct VJDecompressor: Sendable {
                 h[tcp + 13] &= ~0x20
             }
             if changes & VJBits.window != 0 { BigEndian.put(BigEndian.uint16(h, tcp + 14) &+ window, into: &h, at: tcp + 14) }
-            if changes & VJBits.ack != 0 { add32(tcp + 8, UInt32(ack)) }
-            if changes & VJBits.sequence != 0 { add32(tcp + 4, UInt32(sequence)) }
+            if changes & VJBits.ack != 0 { Self.add(UInt32(ack), toUInt32At: tcp + 8, in: &h) }
+            if changes & VJBits.sequence != 0 { Self.add(UInt32(sequence), toUInt32At: tcp + 4, in: &h) }
         }
         BigEndian.put(BigEndian.uint16(h, 4) &+ idDelta, into: &h, at: 4)
         BigEndian.put(UInt16(total), into: &h, at: 2)
         setIPChecksum(&h, ipLength: layout.ipLength)
         packet.reserveCapacity(total)
         packet += h
-        packet += bytes[i...]
+        packet += bytes[reader.offset...]
         slots[lastSlot] = h
         compressedIn += 1
         return true
+    }
+
+    private static func add(_ d: UInt32, toUInt32At at: Int, in h: inout [UInt8]) {
+        BigEndian.put(BigEndian.uint32(h, at) &+ d, into: &h, at: at)
+    }
+}
+
+/// Reads a compressed header's fields in order. A struct, not local functions capturing the
+/// position: captured and mutated, the position was checked for exclusive access at run time on
+/// every byte.
+private struct CompressedHeaderReader {
+    let bytes: [UInt8]
+    private(set) var offset = 0
+
+    init(bytes: [UInt8]) { self.bytes = bytes }
+
+    mutating func byte() -> UInt8? {
+        guard offset < bytes.count else { return nil }
+        defer { offset += 1 }
+        return bytes[offset]
+    }
+
+    /// RFC 1144 §3.2.3: a delta is one byte 1–255, or 0 followed by two bytes.
+    mutating func delta() -> UInt16? {
+        guard let first = byte() else { return nil }
+        if first != 0 { return UInt16(first) }
+        guard let high = byte(), let low = byte() else { return nil }
+        return UInt16(high) << 8 | UInt16(low)
     }
 }

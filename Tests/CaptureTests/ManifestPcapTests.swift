@@ -139,7 +139,7 @@ import Testing
         #expect(Array(options.prefix(4)) == [.magicNumber(0x0219_52CF), .protocolFieldCompression, .addressControlFieldCompression,
                                             .callback(operation: 6, message: [])])
         #expect(options[4] == .multilinkMRRU(1614))
-        guard case let .endpointDiscriminator(1, _) = options[5] else { Issue.record("no local endpoint discriminator"); return }
+        guard case .endpointDiscriminator(1, _) = options[5] else { Issue.record("no local endpoint discriminator"); return }
         #expect(t.frames[0].frame.addressControlPresent)
     }
 

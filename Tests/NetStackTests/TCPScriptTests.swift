@@ -286,6 +286,21 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         #expect(s.conn.sendUnacknowledged.rawValue == 0xFFFF_FF00 &+ 601)
     }
 
+    @Test func writesFromEveryKindOfCollectionQueueTheSameBytes() {
+        // An array and a slice take the contiguous path; a range has no contiguous storage.
+        var s = TCPScript()
+        s.deliver([.ack], ack: s.iss &+ 1)
+        _ = s.take()
+        #expect(s.conn.write(bytes(100), now: s.now) == 100)
+        #expect(s.conn.write(bytes(300)[100..<200], now: s.now) == 100)
+        #expect(s.conn.write(UInt8(200)..<UInt8(255), now: s.now) == 55)
+        var sent = s.take().flatMap(\.payload)
+        // Nagle holds the rest back until the first segment is acknowledged.
+        s.deliver([.ack], ack: s.iss &+ 1 &+ UInt32(sent.count))
+        sent += s.take().flatMap(\.payload)
+        #expect(sent == bytes(255))
+    }
+
     @Test func dataBeyondTheWindowIsTrimmed() {
         var c = TCPConfiguration.scripted
         c.receiveBufferSize = 1000
@@ -655,6 +670,21 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         #expect(t.timeout == .microseconds(1_450_000))
         for _ in 0..<10 { t.expired() }
         #expect(t.timeout == .seconds(60))
+    }
+
+    @Test func anAbsurdSampleOrBackoffLandsAtTheMaximum() {
+        // A peer's echoed timestamp can say anything; nothing here may trap.
+        var t = RetransmissionTimer()
+        t.sample(.seconds(Int64.max))
+        #expect(t.smoothedRTT == .seconds(60) && t.timeout == .seconds(60))
+        t.sample(.seconds(-5))
+        #expect(t.timeout == .seconds(60), "SRTT 52.5 s + 4 × RTTVAR is still past the maximum")
+        var u = RetransmissionTimer(initial: .seconds(Int64.max / 2))
+        for _ in 0..<200 { u.expired() }
+        #expect(u.timeout == .seconds(60))
+        var v = RetransmissionTimer()
+        for _ in 0..<20 { v.sample(.milliseconds(10)) }
+        #expect(v.timeout == .milliseconds(200), "the minimum holds for a fast path")
     }
 
     @Test func sipHashReferenceVector() {

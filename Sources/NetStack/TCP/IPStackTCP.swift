@@ -86,8 +86,15 @@ extension IPStack {
     public func connection(_ id: ConnectionID) -> TCPConnection? { connections.copy(id) }
     public var connectionIDs: [ConnectionID] { connections.keys.sorted() }
 
-    @discardableResult
+    /// Inlinable for the reason `TCPConnection.write` is.
+    @discardableResult @inlinable
     public mutating func write<C: Collection<UInt8>>(_ id: ConnectionID, _ bytes: C, now: Instant) -> Int {
+        if let n = bytes.withContiguousStorageIfAvailable({ write(id, UnsafeRawBufferPointer($0), now: now) }) { return n }
+        return Array(bytes).withUnsafeBytes { write(id, $0, now: now) }
+    }
+
+    @discardableResult
+    public mutating func write(_ id: ConnectionID, _ bytes: UnsafeRawBufferPointer, now: Instant) -> Int {
         connections.modify(id) { $0.write(bytes, now: now) } ?? 0
     }
 

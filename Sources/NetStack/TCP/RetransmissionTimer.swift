@@ -1,44 +1,60 @@
+import Wire
+
 /// The retransmission timeout estimator of RFC 6298: SRTT and RTTVAR from samples taken
 /// per Karn's rule (the caller never samples a retransmitted segment), exponential backoff
 /// on expiry, clamped between a minimum and a maximum.
+///
+/// The arithmetic is on whole nanoseconds: `Duration` is a 128-bit count of attoseconds, and
+/// its division by an integer cost about 500 instructions, eight of them for each sample,
+/// which is once per round trip. A sample is clamped to the maximum first, so nothing below
+/// can overflow.
 public struct RetransmissionTimer: Sendable, Equatable {
-    public let minimum: Duration
-    public let maximum: Duration
-    public private(set) var smoothedRTT: Duration?
-    public private(set) var rttVariance: Duration = .zero
+    private let minimumNanoseconds: Int64
+    private let maximumNanoseconds: Int64
+    private var smoothedNanoseconds: Int64?
+    private var varianceNanoseconds: Int64 = 0
     /// The timeout before backoff.
-    public private(set) var baseTimeout: Duration
+    private var baseNanoseconds: Int64
     /// Expiries since the last fresh sample (RFC 6298 §5.5).
     public private(set) var backoff = 0
 
     public init(initial: Duration = .seconds(1), minimum: Duration = .milliseconds(200), maximum: Duration = .seconds(60)) {
-        self.minimum = minimum
-        self.maximum = maximum
-        baseTimeout = initial
+        minimumNanoseconds = max(minimum.nanoseconds, 0)
+        maximumNanoseconds = max(maximum.nanoseconds, 0)
+        baseNanoseconds = max(initial.nanoseconds, 0)
     }
+
+    public var minimum: Duration { .nanoseconds(minimumNanoseconds) }
+    public var maximum: Duration { .nanoseconds(maximumNanoseconds) }
+    public var smoothedRTT: Duration? { smoothedNanoseconds.map { .nanoseconds($0) } }
+    public var rttVariance: Duration { .nanoseconds(varianceNanoseconds) }
+    public var baseTimeout: Duration { .nanoseconds(baseNanoseconds) }
 
     /// The current timeout, backoff included.
     public var timeout: Duration {
-        var t = baseTimeout
+        var t = baseNanoseconds
         for _ in 0..<backoff {
-            t = t * 2
-            if t >= maximum { return maximum }
+            let (doubled, overflow) = t.multipliedReportingOverflow(by: 2)
+            if overflow || doubled >= maximumNanoseconds { return maximum }
+            t = doubled
         }
-        return t
+        return .nanoseconds(t)
     }
 
     /// RFC 6298 §2.2 and §2.3, with K = 4, alpha = 1/8, beta = 1/4, G folded into the minimum.
     public mutating func sample(_ rtt: Duration) {
-        let r = max(rtt, .zero)
-        if let srtt = smoothedRTT {
-            let delta = srtt > r ? srtt - r : r - srtt
-            rttVariance = rttVariance * 3 / 4 + delta / 4
-            smoothedRTT = srtt * 7 / 8 + r / 8
+        let r = min(max(rtt.nanoseconds, 0), maximumNanoseconds)
+        let srtt: Int64
+        if let s = smoothedNanoseconds {
+            let delta = s > r ? s - r : r - s
+            varianceNanoseconds = varianceNanoseconds * 3 / 4 + delta / 4
+            srtt = s * 7 / 8 + r / 8
         } else {
-            smoothedRTT = r
-            rttVariance = r / 2
+            varianceNanoseconds = r / 2
+            srtt = r
         }
-        baseTimeout = min(max(smoothedRTT! + max(rttVariance * 4, .milliseconds(1)), minimum), maximum)
+        smoothedNanoseconds = srtt
+        baseNanoseconds = min(max(srtt + max(varianceNanoseconds * 4, 1_000_000), minimumNanoseconds), maximumNanoseconds)
         backoff = 0
     }
 
