@@ -168,6 +168,19 @@ import Testing
         #expect(Instant.seconds(.nan) == .zero)
         #expect(Instant.milliseconds(.max).nanoseconds == .max)
     }
+
+    @Test func durationsOnEitherSideOfTheShortPathConvertExactly() {
+        // Under about 9.2 s the attoseconds fit 64 bits and take the short path.
+        #expect(Duration.milliseconds(1500).nanoseconds == 1_500_000_000)
+        #expect(Duration.milliseconds(-1500).nanoseconds == -1_500_000_000)
+        #expect(Duration.seconds(9).nanoseconds == 9_000_000_000)
+        #expect(Duration.seconds(10).nanoseconds == 10_000_000_000)
+        #expect(Duration.seconds(-60).nanoseconds == -60_000_000_000)
+        #expect((Duration.seconds(9) + .milliseconds(500)).nanoseconds == 9_500_000_000)
+        #expect(Duration(secondsComponent: 3, attosecondsComponent: 1_999_999_999).nanoseconds == 3_000_000_001, "truncated")
+        #expect(Duration(secondsComponent: 30, attosecondsComponent: 1_999_999_999).nanoseconds == 30_000_000_001, "truncated")
+        #expect(Duration.nanoseconds(Int64.max).nanoseconds == .max)
+    }
 }
 
 @Suite struct EmitBoundsTests {
