@@ -64,10 +64,18 @@ public final class StackAttachment: NetworkAttachment {
     // keep the check.
     @exclusivity(unchecked) public internal(set) var stack: IPStack?
     #endif
+    // Release builds skip the runtime exclusivity check on the properties in these #if blocks
+    // (about 70 instructions an access, several on every turn): plain values and standard
+    // collections, changed by assignment or by the collection's own methods, no access left open
+    // across a call that could reach this object again. Debug builds, so every test, keep it.
     /// Whether `stack` is set, kept beside it: asked on every packet, and looking at an
     /// optional struct in an object's property copies it. (No observer on `stack` instead:
     /// that would turn every change made in place into a copy and a write back.)
+    #if DEBUG
     public private(set) var stackIsUp = false
+    #else
+    @exclusivity(unchecked) public private(set) var stackIsUp = false
+    #endif
     public private(set) var result: IPCPResult?
     public let tcp: TCPConfiguration
     /// Connections the stack holds at once, half-open ones included (nil: the stack's default).
@@ -79,10 +87,18 @@ public final class StackAttachment: NetworkAttachment {
     /// the CSPRNG, afresh for every link.
     private let seed: UInt64?
     private let output: (String) -> Void
+    // Unchecked in release builds, as above.
+    #if DEBUG
     public private(set) var applications: [StackApplication] = []
     private var portOwners: [UInt16: StackApplication] = [:]
     private var udpOwners: [UInt16: StackApplication] = [:]
     private var connectionOwners: [ConnectionID: StackApplication] = [:]
+    #else
+    @exclusivity(unchecked) public private(set) var applications: [StackApplication] = []
+    @exclusivity(unchecked) private var portOwners: [UInt16: StackApplication] = [:]
+    @exclusivity(unchecked) private var udpOwners: [UInt16: StackApplication] = [:]
+    @exclusivity(unchecked) private var connectionOwners: [ConnectionID: StackApplication] = [:]
+    #endif
     private var ping: Ping?
     private var serving = false
     private var eventBuffer: [StackEvent] = []
@@ -267,10 +283,15 @@ public final class StackAttachment: NetworkAttachment {
         packets.removeAll(keepingCapacity: true)
     }
 
+    // Unchecked in release builds, as above.
     /// True from the first packet of a batch a line read brings until its output is taken:
     /// applications may hold what they send to host sockets meanwhile, so that a batch of
     /// segments for one connection leaves in one send (not one send per segment).
+    #if DEBUG
     public private(set) var batching = false
+    #else
+    @exclusivity(unchecked) public private(set) var batching = false
+    #endif
 
     private func endBatch(now: Instant) {
         guard batching else { return }
