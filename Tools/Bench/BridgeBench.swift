@@ -24,8 +24,13 @@ import NetStack
 
 struct BridgeOptions {
     var mebibytes = 16
-    var rounds = 200
+    /// Timed round trips, after `warmUpRounds` untimed: a few hundred microseconds each, so
+    /// 200 of them (the old default) were over in 40 ms and swung with the CPU's clock.
+    var rounds = 2000
 }
+
+/// Round trips made before the timed ones, through the raw pty and through the bridge alike.
+let warmUpRounds = 100
 
 /// A pty pair, both ends raw and blocking.
 func ptyPair() -> (master: Int32, slave: Int32) {
@@ -116,13 +121,14 @@ func rawRoundTrip(_ rounds: Int) -> Double {
     defer { close(m); close(s) }
     Thread.detachNewThread {
         var buffer = [UInt8](repeating: 0, count: 200)
-        for _ in 0..<rounds {
+        for _ in 0..<(warmUpRounds + rounds) {
             readExactly(s, 200, into: &buffer)
             writeAll(s, buffer)
         }
     }
     let request = [UInt8](repeating: 0x41, count: 200)
     var reply = [UInt8](repeating: 0, count: 200)
+    for _ in 0..<warmUpRounds { writeAll(m, request); readExactly(m, 200, into: &reply) }
     let clock = ContinuousClock()
     let start = clock.now
     for _ in 0..<rounds {
@@ -265,7 +271,7 @@ func bridge(_ o: BridgeOptions) async {
     let e = loopbackConnect(echoPort)
     let request = [UInt8](repeating: 0x41, count: 200)
     var reply = [UInt8](repeating: 0, count: 200)
-    for _ in 0..<10 { writeAll(e, request); readExactly(e, 200, into: &reply) }
+    for _ in 0..<warmUpRounds { writeAll(e, request); readExactly(e, 200, into: &reply) }
     start = clock.now
     for _ in 0..<o.rounds {
         writeAll(e, request)
