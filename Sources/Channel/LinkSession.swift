@@ -47,8 +47,8 @@ public final class LinkSession: LoopClient {
     public var report: (String) -> Void = { _ in }
     // Release builds skip the runtime exclusivity check on the properties in these #if blocks
     // (about 70 instructions an access, several on every turn): plain values and standard
-    // collections, changed by assignment or by the collection's own methods, no access left open
-    // across a call that could reach this object again. Debug builds, so every test, keep it.
+    // collections, changed by assignment, `swap`, their own methods or a system call's buffer
+    // argument, never across a call back into this object. Debug builds, so every test, keep it.
     #if DEBUG
     public private(set) var ipPacketsDropped = 0
     #else

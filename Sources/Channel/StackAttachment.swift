@@ -66,8 +66,8 @@ public final class StackAttachment: NetworkAttachment {
     #endif
     // Release builds skip the runtime exclusivity check on the properties in these #if blocks
     // (about 70 instructions an access, several on every turn): plain values and standard
-    // collections, changed by assignment or by the collection's own methods, no access left open
-    // across a call that could reach this object again. Debug builds, so every test, keep it.
+    // collections, changed by assignment, `swap`, their own methods or a system call's buffer
+    // argument, never across a call back into this object. Debug builds, so every test, keep it.
     /// Whether `stack` is set, kept beside it: asked on every packet, and looking at an
     /// optional struct in an object's property copies it. (No observer on `stack` instead:
     /// that would turn every change made in place into a copy and a write back.)

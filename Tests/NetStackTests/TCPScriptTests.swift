@@ -682,6 +682,10 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         var u = RetransmissionTimer(initial: .seconds(Int64.max / 2))
         for _ in 0..<200 { u.expired() }
         #expect(u.timeout == .seconds(60))
+        var w = RetransmissionTimer(maximum: .seconds(Int64.max))
+        w.sample(.seconds(Int64.max))
+        w.sample(.seconds(Int64.max))
+        #expect(w.timeout == w.maximum && w.maximum > .seconds(1_000_000_000), "no cap at all is the largest cap")
         var v = RetransmissionTimer()
         for _ in 0..<20 { v.sample(.milliseconds(10)) }
         #expect(v.timeout == .milliseconds(200), "the minimum holds for a fast path")

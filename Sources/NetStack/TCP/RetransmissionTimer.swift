@@ -5,9 +5,10 @@ import Wire
 /// on expiry, clamped between a minimum and a maximum.
 ///
 /// The arithmetic is on whole nanoseconds: `Duration` is a 128-bit count of attoseconds, and
-/// its division by an integer cost about 500 instructions, eight of them for each sample,
-/// which is once per round trip. A sample is clamped to the maximum first, so nothing below
-/// can overflow.
+/// its generic division and multiplication by an integer cost about 500 instructions each,
+/// seven of them for each sample, which is once per round trip. The maximum is kept under
+/// `Int64.max / 8` (about 36 years) and a sample is clamped to it first (an absurd echoed
+/// timestamp then weighs no more than the maximum), so nothing below can overflow.
 public struct RetransmissionTimer: Sendable, Equatable {
     private let minimumNanoseconds: Int64
     private let maximumNanoseconds: Int64
@@ -20,7 +21,7 @@ public struct RetransmissionTimer: Sendable, Equatable {
 
     public init(initial: Duration = .seconds(1), minimum: Duration = .milliseconds(200), maximum: Duration = .seconds(60)) {
         minimumNanoseconds = max(minimum.nanoseconds, 0)
-        maximumNanoseconds = max(maximum.nanoseconds, 0)
+        maximumNanoseconds = min(max(maximum.nanoseconds, 0), Int64.max / 8)
         baseNanoseconds = max(initial.nanoseconds, 0)
     }
 
