@@ -4,6 +4,7 @@ import Foundation
 import Glibc
 import NetStack
 import Channel
+import Synchronization
 
 /// Host-side helpers for channel tests: plain blocking sockets on loopback, with timeouts.
 public enum Host {
@@ -22,8 +23,49 @@ public enum Host {
         return UInt16(bigEndian: a.sin_port)
     }
 
-    /// A port nobody listens on right now (bound and released).
+    /// A port nobody listens on right now (bound and released), for a test that binds it
+    /// itself a moment later. Taken outside the kernel's ephemeral range: a port the kernel
+    /// picks for a bind to port 0 comes from that range, from which every `connect` in the
+    /// suites running beside this one also draws its source port, and one of those took the
+    /// port before the test bound it (bind: Address already in use, in CI). Outside it only
+    /// an explicit bind competes; successive calls in this process walk on from a random
+    /// start, so they never hand out the same port twice.
     public static func freePort() -> UInt16 {
+        let candidates = portsOutsideTheEphemeralRange
+        if !candidates.isEmpty {
+            for _ in 0..<candidates.count {
+                let port = nextPortWalk.withLock { next -> UInt16 in
+                    if next == nil { next = Int.random(in: 0..<candidates.count) }
+                    defer { next = (next! + 1) % candidates.count }
+                    return UInt16(candidates.lowerBound + next!)
+                }
+                if canBind(port) { return port }
+            }
+        }
+        return kernelChosenPort()
+    }
+
+    /// 10000 up to the ephemeral range's start, else from its end up to 65000; empty when
+    /// the range leaves neither (then the kernel chooses).
+    private static let portsOutsideTheEphemeralRange: Range<Int> = {
+        let text = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8)) ?? ""
+        let bounds = text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" }).compactMap { Int($0) }
+        let (low, high) = bounds.count == 2 ? (bounds[0], bounds[1]) : (32768, 60999)
+        if low > 12000 { return 10000..<low }
+        if high < 63000 { return (high + 1)..<65000 }
+        return 0..<0
+    }()
+
+    private static let nextPortWalk = Mutex<Int?>(nil)
+
+    private static func canBind(_ port: UInt16) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        defer { close(fd) }
+        var a = Host.address(TCPEndpoint(IPv4Address(127, 0, 0, 1), port))
+        return withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } } == 0
+    }
+
+    private static func kernelChosenPort() -> UInt16 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
         var a = Host.address(TCPEndpoint(IPv4Address(127, 0, 0, 1), 0))
