@@ -340,6 +340,8 @@ extension ReaderSession {
         var amount: Int64
         var currency: Currency
         var recovering = false
+        /// TransactionStatus answers of InProgress since the link was lost (`maximumStatusChecks`).
+        var statusChecks = 0
     }
 
     struct Install {

@@ -119,6 +119,11 @@ extension ReaderSession {
 
     // MARK: Recovery
 
+    /// TransactionStatus checks answered InProgress before the payment's outcome is given up as
+    /// unknown: five minutes at the specification's one a second, longer than a customer takes
+    /// at a terminal's card and PIN prompts.
+    static let maximumStatusChecks = 300
+
     /// After a reconnect: what became of the payment that was in flight.
     func recoverInFlight(now: Instant) {
         guard var p = payment, liveLink != nil else { return }
@@ -133,8 +138,18 @@ extension ReaderSession {
         let status = PaymentResponseStatus(json: body["Response"])
         if status?.result == .success, let answer = body["RepeatedMessageResponse"]?["RepeatedResponseMessageBody"]?["PaymentResponse"] {
             paymentAnswered(answer, recovered: true)
-        } else if status?.errorCondition == .inProgress {
-            timers[.recovery] = now + .milliseconds(Int64(max(50, (1000 * settings.backoffScale).rounded())))
+        } else if status?.errorCondition == .inProgress, var p = payment {
+            // A reader that answers InProgress for ever (hung, or hostile) must not hold the
+            // payment for ever. After five minutes of checks its outcome is unknown: it may
+            // still be charged, so the app reconciles with the gateway (not `connectionLost`,
+            // which says nothing was).
+            p.statusChecks += 1
+            payment = p
+            if p.statusChecks >= Self.maximumStatusChecks {
+                failInFlight(PaymentError(.unknownOutcome, "the reader still reported the payment in progress after \(p.statusChecks) status checks"))
+            } else {
+                timers[.recovery] = now + .milliseconds(Int64(max(50, (1000 * settings.backoffScale).rounded())))
+            }
         } else {
             // Never reached the reader: nothing was charged.
             failInFlight(PaymentError(.connectionLost, "the reader never received the payment"))

@@ -306,6 +306,40 @@ import Testing
         #expect(rig.everyTicketFinishedOnce && rig.session.state == .finished && rig.session.isConnected)
     }
 
+    @Test func aReaderThatSaysInProgressForEverLeavesTheOutcomeUnknown() throws {
+        let rig = try connected()
+        rig.holdsGateway = true
+        let sale = rig.pay("5002", amount: 1200)
+        // What answers after the drop logs us in, then says InProgress to every status check
+        // (one per 50 ms at this backoff scale), for ever.
+        rig.standIn = true
+        rig.dropLine()
+        rig.run(.milliseconds(10))
+        let login = try #require(rig.standInHeard.first { $0.header.category == .login })
+        rig.fromStandIn(.login, type: .response, identifier: login.header.identifier ?? "", body: ["Response": ["Result": "Success"]])
+        #expect(rig.reconnectsSucceeded == 1)
+        var answered = 0
+        func answerChecks() {
+            for check in rig.standInHeard.filter({ $0.header.category == .transactionStatus }).dropFirst(answered) {
+                answered += 1
+                rig.fromStandIn(.transactionStatus, type: .response, identifier: check.header.identifier ?? "",
+                                body: ["Response": PaymentResponseStatus.failure(.inProgress, [("message", "Uncompleted transaction")]).json])
+            }
+        }
+        while answered < ReaderSession.maximumStatusChecks - 1 && rig.now < .seconds(60) {
+            answerChecks()
+            rig.run(.milliseconds(10))
+        }
+        #expect(rig.result(sale) == nil, "still checking after \(answered)")
+        rig.run(.milliseconds(100))
+        answerChecks()
+        #expect(answered == ReaderSession.maximumStatusChecks)
+        #expect(rig.error(sale) == .unknownOutcome, "not connectionLost: it may have been charged")
+        rig.run(.seconds(1))
+        #expect(rig.standInHeard.filter { $0.header.category == .transactionStatus }.count == answered, "no check after the last")
+        #expect(rig.everyTicketFinishedOnce)
+    }
+
     @Test func aReconnectStormIsOneEpisodePerDropAndEndsConnected() throws {
         let rig = try connected()
         for round in 1...50 {
