@@ -26,6 +26,10 @@ public final class ReaderSession {
         public var connectTimeout: Duration = .seconds(10)
         /// Reconnect backoff 0.5, 1, 2, 4, 8, 8 … s times this.
         public var backoffScale = 1.0
+        /// How long a payment the reader still reports in progress after a reconnect (or leaves
+        /// unanswered) is checked on, in all: then it is aborted and fails `unknownOutcome`.
+        /// Longer than a customer takes at a terminal's card and PIN prompts.
+        public var recoveryLimit: Duration = .seconds(300)
         /// Pair with a reader that requires it and has no bond yet (else `pairingRequired`).
         public var autoPair = false
         /// Who this host is to the readers it pairs with.
@@ -340,8 +344,9 @@ extension ReaderSession {
         var amount: Int64
         var currency: Currency
         var recovering = false
-        /// TransactionStatus answers of InProgress since the link was lost (`maximumStatusChecks`).
-        var statusChecks = 0
+        /// When the first check of this payment after a drop went out: the checks, over every
+        /// reconnect of its life, end `Settings.recoveryLimit` after it.
+        var recoveryStarted: Instant?
     }
 
     struct Install {
@@ -426,6 +431,9 @@ extension ReaderSession {
                 case .login, .pairingNonce, .confirmPairing:
                     // A reader that takes the link but never logs us in: this attempt has failed.
                     return setupEnded(PaymentError(.connectTimedOut, "the reader did not answer the login within \(settings.connectTimeout)"), now: now)
+                case .transactionStatus:
+                    // As good as "still in progress": asked again, within the recovery limit.
+                    checkAgainLater(now: now)
                 default:
                     unanswered(purpose, shutdownReason: nil, now: now, detail: "no answer from the reader within \(Self.answerTimeout)")
                 }

@@ -119,18 +119,38 @@ extension ReaderSession {
 
     // MARK: Recovery
 
-    /// TransactionStatus checks answered InProgress before the payment's outcome is given up as
-    /// unknown: five minutes at the specification's one a second, longer than a customer takes
-    /// at a terminal's card and PIN prompts.
-    static let maximumStatusChecks = 300
-
-    /// After a reconnect: what became of the payment that was in flight.
+    /// After a reconnect: what became of the payment that was in flight. A reader that says
+    /// InProgress for ever, or never answers (hung, or hostile), must not hold the payment for
+    /// ever: `Settings.recoveryLimit` after the first check it is abandoned (`abandonInFlight`).
     func recoverInFlight(now: Instant) {
         guard var p = payment, liveLink != nil else { return }
+        let started = p.recoveryStarted ?? now
         p.recovering = true
+        p.recoveryStarted = started
         payment = p
+        if now - started >= settings.recoveryLimit { return abandonInFlight(now: now) }
         request(.transactionStatus, body: ["MessageReference": ["MessageCategory": "Payment", "ServiceID": .string(p.serviceID),
-                                                                "SaleID": .string(p.saleID)]], purpose: .transactionStatus)
+                                                                "SaleID": .string(p.saleID)]],
+                purpose: .transactionStatus, answerWithin: Self.answerTimeout, now: now)
+    }
+
+    /// The reader said the payment is still in progress, or left the check unanswered: ask
+    /// again in a second (the specification's pace).
+    func checkAgainLater(now: Instant) {
+        guard payment != nil else { return }
+        timers[.recovery] = now + .milliseconds(Int64(max(50, (1000 * settings.backoffScale).rounded())))
+    }
+
+    /// Gives up on a payment still in progress: the reader is asked to abort it, and the app
+    /// is told its outcome is unknown. It may have been charged, so the app reconciles with the
+    /// gateway (not `connectionLost`, which says nothing was).
+    func abandonInFlight(now: Instant) {
+        guard let p = payment else { return }
+        if liveLink != nil {
+            request(.abort, body: ["MessageReference": ["MessageCategory": "Payment", "ServiceID": .string(p.serviceID), "SaleID": .string(p.saleID)],
+                                   "AbortReason": "MerchantAbort"])
+        }
+        failInFlight(PaymentError(.unknownOutcome, "the reader still had the payment in progress after \(settings.recoveryLimit); it was asked to abort it"))
     }
 
     func transactionStatusAnswered(_ body: JSONValue, now: Instant) {
@@ -138,18 +158,8 @@ extension ReaderSession {
         let status = PaymentResponseStatus(json: body["Response"])
         if status?.result == .success, let answer = body["RepeatedMessageResponse"]?["RepeatedResponseMessageBody"]?["PaymentResponse"] {
             paymentAnswered(answer, recovered: true)
-        } else if status?.errorCondition == .inProgress, var p = payment {
-            // A reader that answers InProgress for ever (hung, or hostile) must not hold the
-            // payment for ever. After five minutes of checks its outcome is unknown: it may
-            // still be charged, so the app reconciles with the gateway (not `connectionLost`,
-            // which says nothing was).
-            p.statusChecks += 1
-            payment = p
-            if p.statusChecks >= Self.maximumStatusChecks {
-                failInFlight(PaymentError(.unknownOutcome, "the reader still reported the payment in progress after \(p.statusChecks) status checks"))
-            } else {
-                timers[.recovery] = now + .milliseconds(Int64(max(50, (1000 * settings.backoffScale).rounded())))
-            }
+        } else if status?.errorCondition == .inProgress {
+            checkAgainLater(now: now)
         } else {
             // Never reached the reader: nothing was charged.
             failInFlight(PaymentError(.connectionLost, "the reader never received the payment"))

@@ -48,6 +48,7 @@ extension PaymentReader {
         settings.reconnectTimeout = c.reconnectTimeout
         settings.connectTimeout = c.connectTimeout
         settings.backoffScale = c.backoffScale
+        settings.recoveryLimit = c.recoveryLimit
         settings.autoPair = c.autoPair
         core.connect(ticket, to: target, settings: settings, now: now)
         if case .connecting(let connecting) = core.phase, connecting.ticket == ticket { return }

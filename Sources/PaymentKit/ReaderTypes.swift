@@ -63,6 +63,9 @@ public struct ReaderConnectionConfiguration: Sendable {
     public var connectTimeout: Duration = .seconds(10)
     /// Reconnect backoff 0.5, 1, 2, 4, 8, 8 … s times this (tests use 0.01).
     public var backoffScale = 1.0
+    /// How long a payment still in progress after a reconnect is checked on before it is
+    /// aborted and fails `unknownOutcome` (`ReaderSession.Settings.recoveryLimit`).
+    public var recoveryLimit: Duration = .seconds(300)
     /// The terminal's reader port inside the link; the host's local-only bridge uses the same.
     public var readerPort: UInt16 = 6000
     /// The gateway the terminal may reach through the SOCKS proxy (the only destination allowed).

@@ -29,7 +29,8 @@ public enum Host {
     /// suites running beside this one also draws its source port, and one of those took the
     /// port before the test bound it (bind: Address already in use, in CI). Outside it only
     /// an explicit bind competes; successive calls in this process walk on from a random
-    /// start, so they never hand out the same port twice.
+    /// start, so they hand out the same port again only after some 20,000 others. A range
+    /// that leaves no room outside it gets the kernel's choice, as before.
     public static func freePort() -> UInt16 {
         let candidates = portsOutsideTheEphemeralRange
         if !candidates.isEmpty {

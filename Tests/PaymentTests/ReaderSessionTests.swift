@@ -306,38 +306,59 @@ import Testing
         #expect(rig.everyTicketFinishedOnce && rig.session.state == .finished && rig.session.isConnected)
     }
 
-    @Test func aReaderThatSaysInProgressForEverLeavesTheOutcomeUnknown() throws {
-        let rig = try connected()
+    /// Connected with a 2 s recovery limit, a payment in flight, the line dropped, and a
+    /// stand-in that logged the host in answering for the reader.
+    func recoveringFromAStandIn() throws -> (ReaderSessionRig, sale: Int) {
+        let rig = ReaderSessionRig()
+        var settings = rig.settings
+        settings.recoveryLimit = .seconds(2)
+        let t = rig.connect(settings: settings)
+        guard case .success(.done)? = rig.result(t) else { throw PaymentError(.connectTimedOut) }
         rig.holdsGateway = true
         let sale = rig.pay("5002", amount: 1200)
-        // What answers after the drop logs us in, then says InProgress to every status check
-        // (one per 50 ms at this backoff scale), for ever.
         rig.standIn = true
         rig.dropLine()
         rig.run(.milliseconds(10))
         let login = try #require(rig.standInHeard.first { $0.header.category == .login })
         rig.fromStandIn(.login, type: .response, identifier: login.header.identifier ?? "", body: ["Response": ["Result": "Success"]])
         #expect(rig.reconnectsSucceeded == 1)
+        return (rig, sale)
+    }
+
+    func heard(_ rig: ReaderSessionRig, _ category: PaymentMessage.Category) -> [PaymentMessage] {
+        rig.standInHeard.filter { $0.header.category == category }
+    }
+
+    @Test func aReaderThatSaysInProgressForEverHasThePaymentAbortedAndItsOutcomeUnknown() throws {
+        let (rig, sale) = try recoveringFromAStandIn()
+        // Every status check (one per 50 ms at this backoff scale) is answered InProgress.
         var answered = 0
-        func answerChecks() {
-            for check in rig.standInHeard.filter({ $0.header.category == .transactionStatus }).dropFirst(answered) {
+        while rig.result(sale) == nil && rig.now < .seconds(10) {
+            for check in heard(rig, .transactionStatus).dropFirst(answered) {
                 answered += 1
                 rig.fromStandIn(.transactionStatus, type: .response, identifier: check.header.identifier ?? "",
                                 body: ["Response": PaymentResponseStatus.failure(.inProgress, [("message", "Uncompleted transaction")]).json])
             }
-        }
-        while answered < ReaderSession.maximumStatusChecks - 1 && rig.now < .seconds(60) {
-            answerChecks()
             rig.run(.milliseconds(10))
         }
-        #expect(rig.result(sale) == nil, "still checking after \(answered)")
-        rig.run(.milliseconds(100))
-        answerChecks()
-        #expect(answered == ReaderSession.maximumStatusChecks)
         #expect(rig.error(sale) == .unknownOutcome, "not connectionLost: it may have been charged")
-        rig.run(.seconds(1))
-        #expect(rig.standInHeard.filter { $0.header.category == .transactionStatus }.count == answered, "no check after the last")
+        #expect(rig.now >= .seconds(2) && rig.now < .seconds(3) && answered >= 30, "the limit, not sooner (\(answered) checks)")
+        let abort = try #require(heard(rig, .abort).first, "the reader is asked to abort it")
+        let checked = try #require(heard(rig, .transactionStatus).first)
+        #expect(abort.body["MessageReference"]?["ServiceID"] == checked.body["MessageReference"]?["ServiceID"])
+        let checks = heard(rig, .transactionStatus).count
+        rig.run(.seconds(5))
+        #expect(heard(rig, .transactionStatus).count == checks, "no check after giving up")
         #expect(rig.everyTicketFinishedOnce)
+    }
+
+    @Test func aReaderThatNeverAnswersTheCheckCannotHoldThePaymentEither() throws {
+        let (rig, sale) = try recoveringFromAStandIn()
+        #expect(heard(rig, .transactionStatus).count == 1)
+        rig.run(.seconds(29))
+        #expect(rig.result(sale) == nil, "the check's answer is awaited 30 s")
+        rig.run(.seconds(2))
+        #expect(rig.error(sale) == .unknownOutcome && heard(rig, .abort).count == 1 && rig.everyTicketFinishedOnce)
     }
 
     @Test func aReconnectStormIsOneEpisodePerDropAndEndsConnected() throws {
