@@ -360,9 +360,12 @@ final class RelayTable {
 
     private func watch(_ r: Relay) throws(SystemError) {
         // The relay is held strongly for the length of the call: it may leave the table in it.
-        try loop.register(r.fd, events: r.interest) { [unowned self, weak r] events in
-            guard let r else { return }
-            self.hostEvent(r, events)
+        // Unowned, not weak: the handler is unregistered before the relay leaves the table
+        // (`remove`, `setInterest`), so it never runs without one; and a weak reference would
+        // give the relay a side table, making every retain and release of it the slow kind.
+        try loop.register(r.fd, events: r.interest) { [unowned self, unowned r] events in
+            let relay = r
+            self.hostEvent(relay, events)
         }
         r.watched = true
     }
