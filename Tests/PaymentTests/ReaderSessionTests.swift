@@ -165,14 +165,20 @@ import Testing
 
     // MARK: A stand-in on the line
 
-    @Test func aStandInThatHasNotLoggedUsInCannotReportAPaymentOrAnythingElse() throws {
-        let rig = try connected()
+    /// A payment held at the gateway, the line dropped, and a stand-in on it that has heard the
+    /// reconnect's login (and not answered it yet).
+    func standInAfterADrop(_ rig: ReaderSessionRig, paying id: String) throws -> (sale: Int, login: PaymentMessage) {
         rig.holdsGateway = true
-        let sale = rig.pay("9101", amount: 1500)
+        let sale = rig.pay(id, amount: 1500)
         rig.standIn = true
         rig.dropLine()
         rig.run(.milliseconds(10))
-        let login = try #require(rig.standInHeard.first { $0.header.category == .login })
+        return (sale, try #require(rig.standInHeard.first { $0.header.category == .login }))
+    }
+
+    @Test func aStandInThatHasNotLoggedUsInCannotReportAPaymentOrAnythingElse() throws {
+        let rig = try connected()
+        let (sale, login) = try standInAfterADrop(rig, paying: "9101")
         // Before answering the login it claims the payment, prints, and asks for a relay.
         let approved: JSONValue = ["Response": ["Result": "Success"], "PaymentResult": ["PaymentAcquirerData": ["ApprovalCode": "999999"]]]
         for sid in 1...4 { rig.fromStandIn(.payment, type: .response, identifier: String(sid), body: approved) }
@@ -314,12 +320,7 @@ import Testing
         settings.recoveryLimit = .seconds(2)
         let t = rig.connect(settings: settings)
         guard case .success(.done)? = rig.result(t) else { throw PaymentError(.connectTimedOut) }
-        rig.holdsGateway = true
-        let sale = rig.pay("5002", amount: 1200)
-        rig.standIn = true
-        rig.dropLine()
-        rig.run(.milliseconds(10))
-        let login = try #require(rig.standInHeard.first { $0.header.category == .login })
+        let (sale, login) = try standInAfterADrop(rig, paying: "5002")
         rig.fromStandIn(.login, type: .response, identifier: login.header.identifier ?? "", body: ["Response": ["Result": "Success"]])
         #expect(rig.reconnectsSucceeded == 1)
         return (rig, sale)
