@@ -39,6 +39,9 @@ public struct ChannelConfiguration: Sendable {
     /// at the line's speed, 256 KiB on a pty or a descriptor without one
     /// (`LinkSession.defaultLineQueueLimit`).
     public var lineQueueLimit: Int?
+    /// How a busy line is read: on a clock every millisecond by default, zero for on every
+    /// arrival (see `LineReadModeration`).
+    public var lineReadModeration = LineReadModeration.Settings.standard
     /// Connections one bridge carries at once; more are refused (counted in `refused`).
     public var bridgeConnectionLimit = 64
     /// Connections our stack holds at once, half-open ones included; SYNs beyond it are dropped.
@@ -447,6 +450,7 @@ public final class Channel: @unchecked Sendable {
         }
         session.report = { [weak self] in self?.log($0) }
         if let limit = configuration.lineQueueLimit { session.lineQueueLimit = limit }
+        session.readModeration = configuration.lineReadModeration
         session.closeWhenAttachmentFinished = configuration.ping != nil && configuration.closeAfterPing
         session.onDown = { [weak self] reason in self?.linkDown(reason) }
         self.attachment = attachment

@@ -126,9 +126,13 @@ public struct LineQueueCounters: Sendable, Equatable, CustomStringConvertible {
     public var droppedControlBytes = 0
     /// Times reading the line was paused until the queue drained.
     public var readPauses = 0
+    /// Times the line was busy enough to be read on a clock, and the reads made on it
+    /// (`LineReadModeration`).
+    public var busyPeriods = 0
+    public var clockedReads = 0
     public init() {}
 
     public var description: String {
-        "line queue \(queued) B of \(limit) B (peak \(peak) B), dropped \(droppedPackets) packets and \(droppedControlBytes) control bytes, reading paused \(readPauses) times"
+        "line queue \(queued) B of \(limit) B (peak \(peak) B), dropped \(droppedPackets) packets and \(droppedControlBytes) control bytes, reading paused \(readPauses) times; \(clockedReads) reads on the clock in \(busyPeriods) busy periods"
     }
 }

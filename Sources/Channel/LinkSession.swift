@@ -99,6 +99,8 @@ public final class LinkSession: LoopClient {
         var c = queueCounters
         c.queued = queuedBytes
         c.limit = lineQueueLimit
+        c.busyPeriods = moderation.busyPeriods
+        c.clockedReads = moderation.clockedReads
         return c
     }
     /// Called once, on the loop, when the link is down and the session has let go of the loop.
@@ -135,6 +137,21 @@ public final class LinkSession: LoopClient {
     public static let maximumReadPause: Duration = .milliseconds(200)
     /// An IP packet did not fit in the queue since the interest was last set.
     private var overflowed = false
+    /// Whether the line is watched for arrivals (not while paused, nor while read on the clock).
+    private var watchingInput = true
+    /// While the line is busy it is read on a clock rather than on every arrival (see
+    /// `LineReadModeration`). Unchecked in release builds, as above.
+    #if DEBUG
+    private var moderation = LineReadModeration(settings: .standard)
+    #else
+    @exclusivity(unchecked) private var moderation = LineReadModeration(settings: .standard)
+    #endif
+    /// When a busy line is read on a clock (`LineReadModeration.Settings.standard` unless
+    /// set; an interval of zero reads on every arrival). Set before `start`.
+    public var readModeration: LineReadModeration.Settings {
+        get { moderation.settings }
+        set { moderation = LineReadModeration(settings: newValue) }
+    }
     // Unchecked in release builds, as above.
     #if DEBUG
     private var readBuffer = [UInt8](repeating: 0, count: 65536)
@@ -224,11 +241,15 @@ public final class LinkSession: LoopClient {
 
     public var pollAt: Instant? {
         guard downReason == nil else { return nil }
-        return earliest(inPlace(&link) { $0.pollAt }, closeDeadline, attachment?.pollAt, readPausedSince.map { $0 + Self.maximumReadPause })
+        return earliest(inPlace(&link) { $0.pollAt }, closeDeadline, attachment?.pollAt, readPausedSince.map { $0 + Self.maximumReadPause },
+                        readPaused ? nil : moderation.nextRead)
     }
 
     public func service(now: Instant) {
         guard downReason == nil else { return }
+        if !readPaused, let due = moderation.nextRead, due <= now {
+            moderation.readOnClock(readLine(now: now, all: true), now: now)
+        }
         if let a = attachment, let p = a.pollAt, p <= now { a.poll(now: now) }
         if let a = attachment, a.finished, closeWhenAttachmentFinished, closeDeadline == nil {
             link.close(now: now)
@@ -269,11 +290,14 @@ public final class LinkSession: LoopClient {
         } else if !pause {
             readPausedSince = nil
         }
-        if wantOutput != watchingOutput || pause != readPaused {
-            loop.setInterest(line.descriptor, (pause ? 0 : EPOLLIN.rawValue) | (wantOutput ? EPOLLOUT.rawValue : 0))
+        // A line read on the clock is not watched for arrivals: that is what saves the wakeups.
+        let wantInput = !pause && !moderation.onClock
+        if wantOutput != watchingOutput || wantInput != watchingInput {
+            loop.setInterest(line.descriptor, (wantInput ? EPOLLIN.rawValue : 0) | (wantOutput ? EPOLLOUT.rawValue : 0))
             watchingOutput = wantOutput
-            readPaused = pause
+            watchingInput = wantInput
         }
+        readPaused = pause
         // Back-pressure: a fast source (the kernel through TUN) waits while the line is behind,
         // until a packet of the largest size the link carries fits again.
         let wantAttachment = output.sourceMayRead(limit: lineQueueLimit, largestPacket: link.transmitMRU)
@@ -320,37 +344,55 @@ public final class LinkSession: LoopClient {
 
     private func lineEvent(_ events: UInt32) {
         guard downReason == nil, let now = loop?.now else { return }
-        if events & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 { readLine(now: now) }
+        if events & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
+            moderation.readOnArrival(readLine(now: now), now: now)
+        }
         if events & EPOLLOUT.rawValue != 0 { flushPending(now: now) }
     }
 
     /// Reads one buffer per turn: what it makes us send is queued, and counted against the
-    /// limit, before more is read (the descriptor is level-triggered, so the rest waits).
-    private func readLine(now: Instant) {
-        let n: Int?
+    /// limit, before more is read (the descriptor is level-triggered, so the rest waits). On an
+    /// arrival one read; on the clock (`all`) reads until the buffer is full or the line has
+    /// nothing more, since a tty gives at most 4 KiB a read. Returns the bytes read (0 when
+    /// there were none, or the line is gone).
+    @discardableResult
+    private func readLine(now: Instant, all: Bool = false) -> Int {
+        let count: Int
         do {
-            n = try readAvailable(line.descriptor, into: &readBuffer)
+            if all {
+                // An end after some bytes is found again by the next read (a hang-up is
+                // reported whatever the interest), after these bytes are taken in.
+                let (n, ended) = try fillAvailable(line.descriptor, into: &readBuffer)
+                if n == 0 {
+                    if ended { link.lineDown(now: now) }
+                    return 0
+                }
+                count = n
+            } else {
+                guard let n = try readAvailable(line.descriptor, into: &readBuffer) else { return 0 }
+                if n == 0 {
+                    link.lineDown(now: now)
+                    return 0
+                }
+                count = n
+            }
         } catch {
             // EIO: the other side of a pty went away, or the device vanished.
             link.lineDown(now: now)
-            return
-        }
-        guard let count = n else { return }
-        if count == 0 {
-            link.lineDown(now: now)
-            return
+            return 0
         }
         line.peerAttached()
         lineBytesIn += count
         guard record != nil || dropsFrames else {
             // The common case: decoded straight from the read buffer.
             readBuffer.withUnsafeBytes { link.receive(UnsafeRawBufferPointer(rebasing: $0[0..<count]), now: now) }
-            return
+            return count
         }
         var chunk = Array(readBuffer[0..<count])
         record?.record(.received, chunk, elapsedTenths: tenths(now))
         if dropsFrames { chunk = inboundLoss!.filter(chunk) }
         link.receive(chunk, now: now)
+        return count
     }
 
     private func drain(now: Instant) {

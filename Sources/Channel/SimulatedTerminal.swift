@@ -66,6 +66,12 @@ public final class SimulatedTerminal: @unchecked Sendable {
 
     private var sessionEvents: (LinkEvent) -> Void = { _ in }
 
+    /// How its busy line is read (`LinkSession.readModeration`); set before `start`.
+    public var readModeration: LineReadModeration.Settings {
+        get { session.readModeration }
+        set { session.readModeration = newValue }
+    }
+
     /// Called on the loop when the link goes down (the peer closed it, the line hung up).
     public var onDown: ((LinkDownReason) -> Void)?
 

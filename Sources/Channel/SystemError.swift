@@ -35,6 +35,24 @@ func readAvailable(_ fd: Int32, into buffer: inout [UInt8]) throws(SystemError) 
     return n
 }
 
+/// Reads until `buffer` is full or nothing more is there: a tty hands over at most what its
+/// line discipline holds (4 KiB) per read, however much waits behind it. Returns the bytes
+/// read, and whether the end of the stream came after them; an error after some bytes is left
+/// for the next read to find.
+func fillAvailable(_ fd: Int32, into buffer: inout [UInt8]) throws(SystemError) -> (count: Int, ended: Bool) {
+    var count = 0
+    while count < buffer.count {
+        let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { read(fd, b.baseAddress! + count, b.count - count) } }
+        if n < 0 {
+            if errno == EAGAIN || errno == EWOULDBLOCK || count > 0 { break }
+            throw SystemError("read")
+        }
+        if n == 0 { return (count, true) }
+        count += n
+    }
+    return (count, false)
+}
+
 /// Writes as much as the descriptor takes now; returns the bytes written (0 when it would block).
 func writeSome(_ fd: Int32, _ bytes: ArraySlice<UInt8>) throws(SystemError) -> Int {
     let n = bytes.withUnsafeBytes { b in retryingOnInterrupt { write(fd, b.baseAddress, b.count) } }

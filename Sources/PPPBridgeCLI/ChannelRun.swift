@@ -216,7 +216,8 @@ final class ChannelRun {
         }
         let q = s.lineQueue
         object["line_queue"] = ["queued": q.queued, "peak": q.peak, "dropped_packets": q.droppedPackets,
-                                "dropped_control_bytes": q.droppedControlBytes, "read_pauses": q.readPauses]
+                                "dropped_control_bytes": q.droppedControlBytes, "read_pauses": q.readPauses,
+                                "busy_periods": q.busyPeriods, "clocked_reads": q.clockedReads]
         object["accept_backoffs"] = s.acceptBackoffs
         object["listen_refusals"] = s.listenRefusals
         if let r = s.lastCloseReason { object["last_close_reason"] = r.description }

@@ -100,6 +100,10 @@ struct RunCommand {
                              67108864; default about 2 s of line time at --speed, at least
                              8192, and 262144 on a pty); LCP echoes pass the queued data,
                              but a limit of many seconds of line time delays their replies
+      --line-poll-interval US  while bytes arrive steadily at 1 to 16 MB/s, read the line
+                             every US microseconds instead of on every arrival: fewer
+                             wakeups per MB, up to US more latency while busy (0 to 20000;
+                             default 2000; 0 reads on every arrival)
       --rearm                add the bridges again when the link comes back (with --persist)
       --persist              reopen the link when it goes down (until SIGINT/SIGTERM)
       --status-json FILE     write the channel's status as JSON every second and on SIGUSR2
@@ -156,6 +160,7 @@ struct RunCommand {
         let (pcapPath, recordPath, captureSecrets, captureLimit) = (o.pcapPath, o.recordPath, o.captureSecrets, o.captureLimit)
         let (tunName, services, tcp, pingTarget, pingCount) = (o.tunName, o.services, o.tcp, o.pingTarget, o.pingCount)
         let (frameLoss, lineQueueLimit, configuration) = (o.frameLoss, o.lineQueueLimit, o.linkConfiguration)
+        let readModeration = o.lineReadModeration
         let line: SerialLine
         do {
             if let device {
@@ -210,6 +215,7 @@ struct RunCommand {
         }
         session.report = output
         if let lineQueueLimit { session.lineQueueLimit = lineQueueLimit }
+        session.readModeration = readModeration
         session.closeWhenAttachmentFinished = pingTarget != nil && services.isEmpty
         let reason: LinkDownReason
         do {

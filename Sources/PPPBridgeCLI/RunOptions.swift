@@ -51,6 +51,7 @@ struct RunOptions {
     var stackConnectionLimit = 256
     var userTimeout: Duration? = .seconds(120)
     var lineQueueLimit: Int?
+    var lineReadModeration = LineReadModeration.Settings.standard
     var persist = false
     var statusPath: String?
     var captureSecrets = false
@@ -256,6 +257,14 @@ struct RunOptions {
                 return false
             }
             lineQueueLimit = n
+        case "--line-poll-interval":
+            guard let n = number(a) else { return false }
+            let limit = LineReadModeration.Settings.maximumInterval / .microseconds(1)
+            guard Double(n) <= limit else {
+                complain("--line-poll-interval takes 0 to \(Int(limit)) microseconds")
+                return false
+            }
+            lineReadModeration.interval = .microseconds(n)
         case "--persist": persist = true
         case "--status-json": guard let v = value(a) else { return false }; statusPath = v
         default:
@@ -358,6 +367,7 @@ struct RunOptions {
         c.stackConnectionLimit = stackConnectionLimit
         c.connectionUserTimeout = userTimeout
         c.lineQueueLimit = lineQueueLimit
+        c.lineReadModeration = lineReadModeration
         c.frameLoss = frameLoss
         if let pingTarget {
             c.ping = (pingTarget, pingCount)

@@ -43,6 +43,18 @@ func sharedTrace(_ name: String) throws -> String {
         }
     }
 
+    @Test func theLinePollIntervalIsBounded() {
+        for (value, message) in [("20001", "--line-poll-interval takes 0 to 20000 microseconds"),
+                                 ("-1", "--line-poll-interval takes a non-negative number")] {
+            let c = Captured()
+            #expect(c.run(["run", "--pty", "--line-poll-interval", value]) == 2, "\(value)")
+            #expect(c.err.count == 1 && c.err[0].contains(message), "\(value): \(c.err)")
+        }
+        let help = Captured()
+        #expect(help.run(["run", "--help"]) == 0)
+        #expect(help.out.joined().contains("--line-poll-interval US"))
+    }
+
     @Test func unreadableFilesGiveOneLineAndExitTwo() throws {
         let dir = NSTemporaryDirectory() + "pppbridge-cli-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)

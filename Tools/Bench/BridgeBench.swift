@@ -27,6 +27,8 @@ struct BridgeOptions {
     /// Timed round trips, after `warmUpRounds` untimed: a few hundred microseconds each, so
     /// 200 of them (the old default) were over in 40 ms and swung with the CPU's clock.
     var rounds = 2000
+    /// How both ends read a busy line (`--line-poll-interval`, microseconds; 0: on arrival).
+    var lineReadModeration = LineReadModeration.Settings.standard
 }
 
 /// Round trips made before the timed ones, through the raw pty and through the bridge alike.
@@ -218,11 +220,13 @@ func bridge(_ o: BridgeOptions) async {
         let terminalLoop = try EventLoop()
         terminalLoop.startThread()
         terminal = try SimulatedTerminal(line: .pty(linkedAt: nil), services: [(.discard, discardPort), (.echo, echoPort)], loop: terminalLoop)
+        terminal.readModeration = o.lineReadModeration
         try terminal.start()
     } catch { fail("terminal: \(error)") }
     var c = ChannelConfiguration(line: .device(terminal.linePath!))
     c.relayDNS = false
     c.socks = nil
+    c.lineReadModeration = o.lineReadModeration
     let channel = Channel(configuration: c)
     let addresses: ChannelAddresses
     do {
@@ -308,10 +312,12 @@ func parseBridge(_ args: ArraySlice<String>) -> BridgeOptions {
     var o = BridgeOptions()
     var it = args.makeIterator()
     while let a = it.next() {
-        guard let v = it.next().flatMap({ Int($0) }), v > 0 else { fail("\(a) needs a positive number") }
+        guard let v = it.next().flatMap({ Int($0) }), v >= 0 else { fail("\(a) needs a number") }
         switch a {
-        case "--mib": o.mebibytes = v
-        case "--rounds": o.rounds = v
+        case "--mib", "--rounds":
+            guard v > 0 else { fail("\(a) needs a positive number") }
+            if a == "--mib" { o.mebibytes = v } else { o.rounds = v }
+        case "--line-poll-interval": o.lineReadModeration.interval = .microseconds(v)
         default: fail("unknown option \(a)")
         }
     }
