@@ -39,8 +39,8 @@ public struct ChannelConfiguration: Sendable {
     /// at the line's speed, 256 KiB on a pty or a descriptor without one
     /// (`LinkSession.defaultLineQueueLimit`).
     public var lineQueueLimit: Int?
-    /// How a busy line is read: on a clock every millisecond by default, zero for on every
-    /// arrival (see `LineReadModeration`).
+    /// How a busy line is read: on a clock every 2 ms by default, an interval of zero for on
+    /// every arrival (see `LineReadModeration`).
     public var lineReadModeration = LineReadModeration.Settings.standard
     /// Connections one bridge carries at once; more are refused (counted in `refused`).
     public var bridgeConnectionLimit = 64

@@ -239,6 +239,12 @@ public final class LinkSession: LoopClient {
 
     private var queuedBytes: Int { output.count }
 
+    /// Frames the line has brought, good or damaged: what the read clock weighs a read by.
+    private var framesReceived: Int {
+        let c = link.decoder.counters
+        return c.frames &+ c.droppedFrames
+    }
+
     public var pollAt: Instant? {
         guard downReason == nil else { return nil }
         return earliest(inPlace(&link) { $0.pollAt }, closeDeadline, attachment?.pollAt, readPausedSince.map { $0 + Self.maximumReadPause },
@@ -248,7 +254,10 @@ public final class LinkSession: LoopClient {
     public func service(now: Instant) {
         guard downReason == nil else { return }
         if !readPaused, let due = moderation.nextRead, due <= now {
-            moderation.readOnClock(readLine(now: now, all: true), now: now)
+            let frames = framesReceived
+            let bytes = readLine(now: now, all: true)
+            // A full buffer: more was waiting, beyond any band the clock is for.
+            moderation.readOnClock(bytes: bytes == readBuffer.count ? .max : bytes, frames: framesReceived &- frames, now: now)
         }
         if let a = attachment, let p = a.pollAt, p <= now { a.poll(now: now) }
         if let a = attachment, a.finished, closeWhenAttachmentFinished, closeDeadline == nil {
@@ -287,6 +296,8 @@ public final class LinkSession: LoopClient {
         if pause && !readPaused {
             queueCounters.readPauses += 1
             readPausedSince = now
+            // The pause ends with one buffer read on arrival, as without the clock.
+            moderation.leaveClock(now: now)
         } else if !pause {
             readPausedSince = nil
         }
@@ -345,7 +356,9 @@ public final class LinkSession: LoopClient {
     private func lineEvent(_ events: UInt32) {
         guard downReason == nil, let now = loop?.now else { return }
         if events & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
-            moderation.readOnArrival(readLine(now: now), now: now)
+            let frames = framesReceived
+            let bytes = readLine(now: now)
+            moderation.readOnArrival(bytes: bytes, frames: framesReceived &- frames, now: now)
         }
         if events & EPOLLOUT.rawValue != 0 { flushPending(now: now) }
     }
@@ -360,13 +373,12 @@ public final class LinkSession: LoopClient {
         let count: Int
         do {
             if all {
-                // An end after some bytes is found again by the next read (a hang-up is
-                // reported whatever the interest), after these bytes are taken in.
-                let (n, ended) = try fillAvailable(line.descriptor, into: &readBuffer)
-                if n == 0 {
-                    if ended { link.lineDown(now: now) }
-                    return 0
-                }
+                // Nothing read is not taken for the end of the line here: a tty left with VMIN
+                // 0 reads 0 bytes when none are waiting. The clock then gives way to arrivals,
+                // and a real end (a hang-up is reported whatever the interest, and end of
+                // stream makes a descriptor readable) is found on arrival, as without the clock.
+                let n = try fillAvailable(line.descriptor, into: &readBuffer)
+                if n == 0 { return 0 }
                 count = n
             } else {
                 guard let n = try readAvailable(line.descriptor, into: &readBuffer) else { return 0 }

@@ -35,11 +35,11 @@ func readAvailable(_ fd: Int32, into buffer: inout [UInt8]) throws(SystemError) 
     return n
 }
 
-/// Reads until `buffer` is full or nothing more is there: a tty hands over at most what its
+/// Reads until `buffer` is full or a read brings nothing: a tty hands over at most what its
 /// line discipline holds (4 KiB) per read, however much waits behind it. Returns the bytes
-/// read, and whether the end of the stream came after them; an error after some bytes is left
-/// for the next read to find.
-func fillAvailable(_ fd: Int32, into buffer: inout [UInt8]) throws(SystemError) -> (count: Int, ended: Bool) {
+/// read. A read of 0 (the end of a stream, or a tty with VMIN 0 and nothing waiting) ends it
+/// like EAGAIN, and so does an error after some bytes: the caller's next read finds either.
+func fillAvailable(_ fd: Int32, into buffer: inout [UInt8]) throws(SystemError) -> Int {
     var count = 0
     while count < buffer.count {
         let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { read(fd, b.baseAddress! + count, b.count - count) } }
@@ -47,10 +47,10 @@ func fillAvailable(_ fd: Int32, into buffer: inout [UInt8]) throws(SystemError) 
             if errno == EAGAIN || errno == EWOULDBLOCK || count > 0 { break }
             throw SystemError("read")
         }
-        if n == 0 { return (count, true) }
+        if n == 0 { break }
         count += n
     }
-    return (count, false)
+    return count
 }
 
 /// Writes as much as the descriptor takes now; returns the bytes written (0 when it would block).

@@ -100,10 +100,10 @@ struct RunCommand {
                              67108864; default about 2 s of line time at --speed, at least
                              8192, and 262144 on a pty); LCP echoes pass the queued data,
                              but a limit of many seconds of line time delays their replies
-      --line-poll-interval US  while bytes arrive steadily at 1 to 16 MB/s, read the line
-                             every US microseconds instead of on every arrival: fewer
-                             wakeups per MB, up to US more latency while busy (0 to 20000;
-                             default 2000; 0 reads on every arrival)
+      --line-poll-interval US  while frames arrive steadily at 1,000 to 10,000 and 1 to 16
+                             MB a second, read the line every US microseconds instead of
+                             on every arrival: fewer wakeups per MB, up to US more latency
+                             while busy (0 to 20000; default 2000; 0 reads on every arrival)
       --rearm                add the bridges again when the link comes back (with --persist)
       --persist              reopen the link when it goes down (until SIGINT/SIGTERM)
       --status-json FILE     write the channel's status as JSON every second and on SIGUSR2
