@@ -23,8 +23,10 @@ import Wire
 ///   it did, at least two: request and response traffic (a payment, a round trip) sends
 ///   nothing more until answered, so a read on the clock finds one message. It must also
 ///   bring no more than the band allows in an interval.
-/// - Either way, the line goes back to arrivals and stays there for `holdOff`, so at most one
-///   message in a `holdOff` waits for the clock.
+/// - Either way, the line goes back to arrivals and stays there for `holdOff`, doubled (up to
+///   16 times) each time the clock gave up at its first read: sustained request and response
+///   traffic has one message wait for the clock after 0.1 s, 0.3 s, 0.7 s, 1.5 s, then once
+///   every 1.6 s. A read on the clock that gathered brings the hold-off back to `holdOff`.
 ///
 /// Sans-IO: it is told what each read brought (bytes, and frames ended) and when, and says
 /// when to read next.
@@ -40,7 +42,7 @@ public struct LineReadModeration: Sendable {
         public var maximumBytes: Int
         public var window: Duration
         /// After the clock gives up, how long the line is read on arrival before it may take
-        /// over again.
+        /// over again (at first: see `maximumHoldOffFactor`).
         public var holdOff: Duration
 
         public init(interval: Duration, enterFrames: Int = 4, enterBytes: Int = 4096, maximumFrames: Int = 40,
@@ -61,6 +63,8 @@ public struct LineReadModeration: Sendable {
         public static let off = Settings(interval: .zero)
         /// The longest interval accepted.
         public static let maximumInterval: Duration = .milliseconds(20)
+        /// How far the hold-off doubles while the clock keeps giving up at once.
+        public static let maximumHoldOffFactor = 16
     }
 
     public let settings: Settings
@@ -78,6 +82,9 @@ public struct LineReadModeration: Sendable {
     private let bytesPerIntervalLimit: Int
     /// Not back on the clock before this.
     private var heldOffUntil: Instant?
+    /// The next hold-off, and whether a read on the clock gathered in this busy period.
+    private var holdOffFactor = 1
+    private var gathered = false
     /// Times the clock took over, and reads made on it.
     public private(set) var busyPeriods = 0
     public private(set) var clockedReads = 0
@@ -133,6 +140,7 @@ public struct LineReadModeration: Sendable {
             busyPeriods += 1
             nextRead = now + settings.interval
             windowStart = nil
+            gathered = false
             return
         }
         startWindow(bytes: bytes, frames: frames, now: now)
@@ -153,6 +161,8 @@ public struct LineReadModeration: Sendable {
         clockedReads += 1
         if frames >= gatheredEnough && frames <= framesPerIntervalLimit && bytes <= bytesPerIntervalLimit {
             nextRead = now + settings.interval
+            gathered = true
+            holdOffFactor = 1
             return
         }
         // One arrival's worth or less (the peer waits for us, or the line slowed down), or
@@ -166,6 +176,7 @@ public struct LineReadModeration: Sendable {
         guard nextRead != nil else { return }
         nextRead = nil
         windowStart = nil
-        heldOffUntil = now + settings.holdOff
+        heldOffUntil = now + settings.holdOff * holdOffFactor
+        if !gathered { holdOffFactor = min(holdOffFactor * 2, Settings.maximumHoldOffFactor) }
     }
 }

@@ -137,9 +137,40 @@ import Wire
             }
             now = now + .microseconds(150)
         }
-        // One second holds ten hold-offs of 100 ms: at most one delayed request in each.
-        #expect(delayed >= 1)
-        #expect(delayed <= 10)
+        // Hold-offs of 0.1, 0.2 and 0.4 s, then 0.8: three or four delayed requests in a second.
+        #expect(delayed >= 3)
+        #expect(delayed <= 4)
+    }
+
+    @Test func theHoldOffDoublesWhileTheClockGivesUpAtOnceAndResetsWhenItGathers() throws {
+        var m = LineReadModeration(settings: .standard)
+        var t: Duration = .zero
+        /// Arrivals until the clock takes over; returns how long that took.
+        func busy() throws -> Duration {
+            let from = t
+            while m.nextRead == nil {
+                m.readOnArrival(bytes: 1000, frames: 1, now: Self.at(t))
+                t += .microseconds(500)
+                try #require(t - from < .seconds(10))
+            }
+            return t - from
+        }
+        var waits: [Duration] = []
+        for _ in 0..<7 {
+            waits.append(try busy())
+            // A read on the clock that finds one message: the clock gives up at once.
+            m.readOnClock(bytes: 1000, frames: 1, now: try #require(m.nextRead))
+        }
+        // Each wait is the hold-off (and a window): 0.1, 0.2, 0.4, 0.8, 1.6, 1.6 s.
+        let holdOffs = waits.dropFirst().map { Int(($0 / .milliseconds(100)).rounded(.down)) }
+        #expect(holdOffs == [1, 2, 4, 8, 16, 16], "\(waits)")
+        // A read that gathers brings it back to 100 ms.
+        _ = try busy()
+        let due = try #require(m.nextRead)
+        m.readOnClock(bytes: 5000, frames: 5, now: due)
+        m.readOnClock(bytes: 1000, frames: 1, now: try #require(m.nextRead))
+        let wait = try busy()
+        #expect(wait < .milliseconds(200), "\(wait)")
     }
 
     @Test func aZeroIntervalReadsOnEveryArrivalAndSettingsAreBounded() {
