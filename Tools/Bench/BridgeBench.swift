@@ -117,8 +117,34 @@ func rawCopy(_ count: Int, masterToSlave: Bool) -> (rate: Double, writer: Durati
     return (Double(count) / seconds(clock.now - start), writer, .nanoseconds(Int64(readerCPU.value)))
 }
 
-/// Seconds per 200-byte round trip echoed raw through a pty pair.
-func rawRoundTrip(_ rounds: Int) -> Double {
+/// Round trips timed one by one, in seconds: their mean (the ratio the bench has always
+/// printed) and their median, which a stall of the whole machine (a neighbour taking the CPU
+/// for a millisecond) moves far less than it moves the mean.
+struct RoundTrips {
+    var mean: Double
+    var median: Double
+    init(_ samples: [Double]) {
+        let sorted = samples.sorted()
+        mean = samples.reduce(0, +) / Double(max(1, samples.count))
+        median = sorted.isEmpty ? 0 : sorted[sorted.count / 2]
+    }
+
+    /// Times `rounds` calls of `body`, each on its own.
+    static func time(_ rounds: Int, _ body: () -> Void) -> RoundTrips {
+        let clock = ContinuousClock()
+        var samples: [Double] = []
+        samples.reserveCapacity(rounds)
+        for _ in 0..<rounds {
+            let start = clock.now
+            body()
+            samples.append(seconds(clock.now - start))
+        }
+        return RoundTrips(samples)
+    }
+}
+
+/// 200-byte round trips echoed raw through a pty pair.
+func rawRoundTrip(_ rounds: Int) -> RoundTrips {
     let (m, s) = ptyPair()
     defer { close(m); close(s) }
     Thread.detachNewThread {
@@ -131,13 +157,10 @@ func rawRoundTrip(_ rounds: Int) -> Double {
     let request = [UInt8](repeating: 0x41, count: 200)
     var reply = [UInt8](repeating: 0, count: 200)
     for _ in 0..<warmUpRounds { writeAll(m, request); readExactly(m, 200, into: &reply) }
-    let clock = ContinuousClock()
-    let start = clock.now
-    for _ in 0..<rounds {
+    return RoundTrips.time(rounds) {
         writeAll(m, request)
         readExactly(m, 200, into: &reply)
     }
-    return seconds(clock.now - start) / Double(rounds)
 }
 
 func loopbackFreePort() -> UInt16 {
@@ -209,7 +232,8 @@ func bridge(_ o: BridgeOptions) async {
     let rawDownCopy = rawCopy(count, masterToSlave: false)
     let rawUp = rawUpCopy.rate, rawDown = rawDownCopy.rate
     let rawRTT = rawRoundTrip(o.rounds)
-    print(String(format: "raw pty: copy %.1f MB/s one way, %.1f MB/s the other; 200-byte echo round trip %.1f µs", rawUp / 1e6, rawDown / 1e6, rawRTT * 1e6))
+    print(String(format: "raw pty: copy %.1f MB/s one way, %.1f MB/s the other; 200-byte echo round trip %.1f µs (median %.1f µs)",
+                 rawUp / 1e6, rawDown / 1e6, rawRTT.mean * 1e6, rawRTT.median * 1e6))
     print(String(format: "raw pty CPU per MB: writing end %.2f ms, reading end %.2f ms (one way); %.2f ms, %.2f ms (the other)",
                  msPerMB(rawUpCopy.writer, count), msPerMB(rawUpCopy.reader, count), msPerMB(rawDownCopy.writer, count), msPerMB(rawDownCopy.reader, count)))
 
@@ -276,27 +300,30 @@ func bridge(_ o: BridgeOptions) async {
     let request = [UInt8](repeating: 0x41, count: 200)
     var reply = [UInt8](repeating: 0, count: 200)
     for _ in 0..<warmUpRounds { writeAll(e, request); readExactly(e, 200, into: &reply) }
-    start = clock.now
-    for _ in 0..<o.rounds {
+    let oursRTT = RoundTrips.time(o.rounds) {
         writeAll(e, request)
         readExactly(e, 200, into: &reply)
     }
-    let oursRTT = seconds(clock.now - start) / Double(o.rounds)
     close(e)
+    // How the host side read its line: on arrival, or on the clock (`LineReadModeration`).
+    let hostLine = channel.status.lineQueue
     _ = await channel.close()
     await terminal.stop()
 
-    print(String(format: "bridge: host→terminal %.1f MB/s, terminal→host %.1f MB/s; 200-byte round trip %.1f µs", oursUp / 1e6, oursDown / 1e6, oursRTT * 1e6))
+    print(String(format: "bridge: host→terminal %.1f MB/s, terminal→host %.1f MB/s; 200-byte round trip %.1f µs (median %.1f µs)",
+                 oursUp / 1e6, oursDown / 1e6, oursRTT.mean * 1e6, oursRTT.median * 1e6))
     let mb = Double(count) / 1e6
     func perSegment(_ c: ThreadCost, _ n: Int) -> Double { Double(c.allocations) / Double(max(1, n)) }
     print(String(format: "host side per MB: host→terminal %.2f ms CPU, %.0f allocations (%.2f per 1460-byte segment); terminal→host %.2f ms CPU, %.0f allocations (%.2f per segment)",
                  msPerMB(upCost.cpu, count), Double(upCost.allocations) / mb, perSegment(upCost, upSegments),
                  msPerMB(downCost.cpu, count), Double(downCost.allocations) / mb, perSegment(downCost, downSegments)))
+    print("host side's line: \(hostLine.clockedReads) reads on the clock in \(hostLine.busyPeriods) busy periods")
     // CLOCK_MONOTONIC, as `perf record -k CLOCK_MONOTONIC` stamps samples: `perf report --time A,B`
     // then shows one direction alone.
     print(String(format: "phases (CLOCK_MONOTONIC s): host→terminal %.6f,%.6f terminal→host %.6f,%.6f", upPhase.0, upPhase.1, downPhase.0, downPhase.1))
-    print(String(format: "RESULT bridge up_ratio=%.3f down_ratio=%.3f rtt_ratio=%.2f up_cpu_ms_per_mb=%.2f down_cpu_ms_per_mb=%.2f raw_cpu_ms_per_mb=%.2f up_allocs_per_segment=%.2f down_allocs_per_segment=%.2f",
-                 oursUp / rawUp, oursDown / rawDown, oursRTT / rawRTT, msPerMB(upCost.cpu, count), msPerMB(downCost.cpu, count),
+    print(String(format: "RESULT bridge up_ratio=%.3f down_ratio=%.3f rtt_ratio=%.2f rtt_median_ratio=%.2f up_cpu_ms_per_mb=%.2f down_cpu_ms_per_mb=%.2f raw_cpu_ms_per_mb=%.2f up_allocs_per_segment=%.2f down_allocs_per_segment=%.2f",
+                 oursUp / rawUp, oursDown / rawDown, oursRTT.mean / rawRTT.mean, oursRTT.median / rawRTT.median,
+                 msPerMB(upCost.cpu, count), msPerMB(downCost.cpu, count),
                  msPerMB(rawUpCopy.writer, count), perSegment(upCost, upSegments), perSegment(downCost, downSegments)))
 }
 
