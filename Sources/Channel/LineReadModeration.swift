@@ -22,7 +22,8 @@ import Wire
 /// - A read on it must bring half as many frames again as the average read on arrival before
 ///   it did, at least two: request and response traffic (a payment, a round trip) sends
 ///   nothing more until answered, so a read on the clock finds one message. It must also
-///   bring no more than the band allows in an interval.
+///   bring what the band asks for in an interval, in bytes (so a data flow that dwindles to
+///   ACKs leaves), and no more than the band allows.
 /// - Either way, the line goes back to arrivals and stays there for `holdOff`, doubled (up to
 ///   16 times) each time the clock gave up at its first read: sustained request and response
 ///   traffic has one message wait for the clock after 0.1 s, 0.3 s, 0.7 s, 1.5 s, then once
@@ -79,6 +80,7 @@ public struct LineReadModeration: Sendable {
     /// have (set when the clock takes over), and no more than the band allows in an interval.
     private var gatheredEnough = 2
     private let framesPerIntervalLimit: Int
+    private let bytesPerIntervalMinimum: Int
     private let bytesPerIntervalLimit: Int
     /// Not back on the clock before this.
     private var heldOffUntil: Instant?
@@ -104,6 +106,7 @@ public struct LineReadModeration: Sendable {
         // window ≥ 1 ms), so the products stay far inside Int.
         let ratio = s.interval / s.window
         framesPerIntervalLimit = Int(min(Double(s.maximumFrames) * ratio, Double(Int32.max)))
+        bytesPerIntervalMinimum = Int(min(Double(s.enterBytes) * ratio, Double(Int32.max)))
         bytesPerIntervalLimit = Int(min(Double(s.maximumBytes) * ratio, Double(Int32.max)))
     }
 
@@ -132,11 +135,17 @@ public struct LineReadModeration: Sendable {
         // one in its second half, and this one soon after (not a burst, then silence).
         let half = settings.window / 2
         let steady = last - start >= half && now - last <= half
-        if steady && windowFrames > settings.enterFrames && windowFrames <= settings.maximumFrames
+        // Half as many frames again as an average read on arrival, rounded up; at least two.
+        let reads = max(1, windowReads)
+        let enough = max(2, (windowFrames * 3 + 2 * reads - 1) / (2 * reads))
+        // Arrivals that came about an interval apart or slower gather nothing on the clock: at
+        // least three reads in the window, on average closer than three quarters of an
+        // interval, and a gathering the band allows.
+        let close = windowReads >= 3 && (last - start) * 4 < settings.interval * (3 * (windowReads - 1))
+        if steady && close && enough <= framesPerIntervalLimit
+            && windowFrames > settings.enterFrames && windowFrames <= settings.maximumFrames
             && windowBytes >= settings.enterBytes && windowBytes <= settings.maximumBytes {
-            // Half as many frames again as an average read on arrival, rounded up; at least two.
-            let reads = max(1, windowReads)
-            gatheredEnough = max(2, (windowFrames * 3 + 2 * reads - 1) / (2 * reads))
+            gatheredEnough = enough
             busyPeriods += 1
             nextRead = now + settings.interval
             windowStart = nil
@@ -159,15 +168,19 @@ public struct LineReadModeration: Sendable {
     public mutating func readOnClock(bytes: Int, frames: Int, now: Instant) {
         guard nextRead != nil else { return }
         clockedReads += 1
-        if frames >= gatheredEnough && frames <= framesPerIntervalLimit && bytes <= bytesPerIntervalLimit {
+        if frames >= gatheredEnough && frames <= framesPerIntervalLimit
+            && bytes >= bytesPerIntervalMinimum && bytes <= bytesPerIntervalLimit {
             nextRead = now + settings.interval
             gathered = true
             holdOffFactor = 1
             return
         }
-        // One arrival's worth or less (the peer waits for us, or the line slowed down), or
-        // more than the band (the line sped up, and the clock holds its sender back).
+        // One arrival's worth or less (the peer waits for us, or the line slowed down, or
+        // only ACKs come), or more than the band (the line sped up, and the clock holds its
+        // sender back). Gave up at its first read: the next hold-off is twice as long.
+        let first = !gathered
         leaveClock(now: now)
+        if first { holdOffFactor = min(holdOffFactor * 2, Settings.maximumHoldOffFactor) }
     }
 
     /// Back to reading on arrival, for `holdOff` at least: the clock gave up, or the session
@@ -177,6 +190,5 @@ public struct LineReadModeration: Sendable {
         nextRead = nil
         windowStart = nil
         heldOffUntil = now + settings.holdOff * holdOffFactor
-        if !gathered { holdOffFactor = min(holdOffFactor * 2, Settings.maximumHoldOffFactor) }
     }
 }
