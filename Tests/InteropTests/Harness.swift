@@ -137,22 +137,30 @@ final class VMPeer {
     }()
 
     /// Builds the guest once per test run (build.sh returns at once when its cache is current).
-    /// VM tests run one at a time, so one caller builds; the result is kept for the others.
-    private static let builtResult = Mutex<Result<Void, InteropError>?>(nil)
+    /// The VM suites run beside each other, each one test at a time: the first caller starts
+    /// the one build and every caller awaits that same build. (Two builds at once on a fresh
+    /// machine had the second fail on the first one's apt lock.)
+    private static let build = Mutex<Task<Result<Void, InteropError>, Never>?>(nil)
 
     static func built() async -> Result<Void, InteropError> {
-        if let r = builtResult.withLock({ $0 }) { return r }
-        let result: Result<Void, InteropError>
+        let task = build.withLock { running in
+            if let running { return running }
+            let started = Task { await buildGuest() }
+            running = started
+            return started
+        }
+        return await task.value
+    }
+
+    private static func buildGuest() async -> Result<Void, InteropError> {
         do {
             let r = try await runCommand("/bin/bash", [packageRoot + "/Tools/vmpeer/build.sh"], timeout: 900)
-            result = r.status == 0 ? .success(()) : .failure(InteropError("Tools/vmpeer/build.sh failed:\n\(r.output.suffix(2000))"))
+            return r.status == 0 ? .success(()) : .failure(InteropError("Tools/vmpeer/build.sh failed:\n\(r.output.suffix(2000))"))
         } catch let e as InteropError {
-            result = .failure(e)
+            return .failure(e)
         } catch {
-            result = .failure(InteropError("\(error)"))
+            return .failure(InteropError("\(error)"))
         }
-        builtResult.withLock { $0 = result }
-        return result
     }
 
     init(_ options: [String]) async throws {

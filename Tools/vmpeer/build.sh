@@ -27,6 +27,10 @@ ROOT=$CACHE/root
 
 log() { echo "[build] $*" >&2; }
 
+# One build at a time on a cache: a second one waits, then finds the cache current.
+exec 9>"$CACHE/.build.lock"
+flock 9
+
 missing=()
 command -v cpio >/dev/null || missing+=(cpio)
 command -v qemu-system-x86_64 >/dev/null || missing+=(qemu-system-x86)
@@ -34,9 +38,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   log "installing host packages: ${missing[*]}"
   if [ "$(id -u)" = 0 ]; then sudo=(); elif command -v sudo >/dev/null; then sudo=(sudo)
   else log "need ${missing[*]} installed (run as root or with sudo)"; exit 1; fi
-  "${sudo[@]}" apt-get update -qq || true
+  # Waits for dpkg's lock rather than failing when another install holds it.
+  "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 update -qq || true
   "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 if [ "$FORCE" = 0 ] && [ -s "$CACHE/vmlinuz" ] && [ -s "$CACHE/initramfs.cpio.gz" ] &&
@@ -49,7 +54,7 @@ fi
 KPKG=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
 if [ -z "$KPKG" ]; then
   log "apt-cache knows no linux-image-amd64; running apt-get update"
-  apt-get update -qq
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
   KPKG=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
 fi
 KVER=${KPKG#linux-image-}
