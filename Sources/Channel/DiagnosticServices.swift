@@ -10,6 +10,11 @@ public final class DiagnosticServices: StackApplication {
     private weak var host: StackAttachment?
     private var sessions: [ConnectionID: Session] = [:]
     private var dirty: Set<ConnectionID> = []
+    /// `dirty` as `step` walks it, swapped with it so that neither set is allocated anew for
+    /// every batch of input.
+    private var working: Set<ConnectionID> = []
+    /// What discard, daytime and chargen read only to throw away, kept from read to read.
+    private var discarded: [UInt8] = []
 
     struct Session {
         var service: DiagnosticService
@@ -45,6 +50,8 @@ public final class DiagnosticServices: StackApplication {
     public func stop() {
         sessions = [:]
         dirty = []
+        working = []
+        discarded = []
         host = nil
     }
 
@@ -62,21 +69,31 @@ public final class DiagnosticServices: StackApplication {
             dirty.remove(id)
             // Let the stack forget it even if unread bytes remain (a reset mid-stream).
             host?.stack?.abort(id, now: nil)
-        } else if sessions[id] != nil {
+        } else if sessions.index(forKey: id) != nil {
             dirty.insert(id)
         }
     }
 
     public func step(now: Instant) {
-        guard host?.stackIsUp == true else { return }
-        let work = dirty
-        dirty = []
-        for id in work { step(id, now: now) }
+        guard host?.stackIsUp == true, !dirty.isEmpty else { return }
+        swap(&dirty, &working)
+        for id in working { step(id, now: now) }
+        working.removeAll(keepingCapacity: true)
     }
 
     private func step(_ id: ConnectionID, now: Instant) {
-        guard var s = sessions[id], let host else { return }
-        defer { sessions[id] = s }
+        guard let host, let i = sessions.index(forKey: id) else { return }
+        // In place: a copy would share `pending` with the table, and its first change would
+        // copy the array. Nothing below reaches back into this object (the stack is sans-IO).
+        Self.serve(&sessions.values[i], id, host: host, discarding: &discarded, now: now)
+    }
+
+    private static func serve(_ s: inout Session, _ id: ConnectionID, host: StackAttachment, discarding scratch: inout [UInt8], now: Instant) {
+        /// Reads everything that waits and throws it away.
+        func drain() {
+            repeat { scratch.removeAll(keepingCapacity: true) } while host.stack!.read(id, maximum: 16384, appendingTo: &scratch, now: now) > 0
+            scratch.removeAll(keepingCapacity: true)
+        }
         switch s.service {
         case .echo:
             while true {
@@ -87,9 +104,7 @@ public final class DiagnosticServices: StackApplication {
                 }
                 // Asked first, on its own: the read below holds the stack for its whole call.
                 let room = host.writableBytes(id)
-                let chunk = host.stack!.read(id, maximum: max(room, 1), now: now)
-                if chunk.isEmpty { break }
-                s.pending = chunk
+                if host.stack!.read(id, maximum: max(room, 1), appendingTo: &s.pending, now: now) == 0 { break }
             }
             if s.pending.isEmpty && host.atEndOfStream(id) && !s.peerDone {
                 s.peerDone = true
@@ -103,7 +118,7 @@ public final class DiagnosticServices: StackApplication {
             }
             fallthrough
         case .discard:
-            while !host.stack!.read(id, now: now).isEmpty {}
+            drain()
             if host.atEndOfStream(id) && !s.peerDone {
                 s.peerDone = true
                 host.stack!.close(id, now: now)
@@ -113,7 +128,7 @@ public final class DiagnosticServices: StackApplication {
             // nothing more (`nc HOST 19 < /dev/null` half-closes at once), so we go on; the
             // reset its kernel answers after a close, or the user timeout of a caller that
             // stops reading, ends the session (the `.closed` event).
-            while !host.stack!.read(id, now: now).isEmpty {}
+            drain()
             // The rest of a line the send buffer could not take waits in `pending`, so the
             // pattern stays exact however the writes are cut.
             while true {

@@ -33,9 +33,11 @@ public struct BufferPool: Sendable {
         return b
     }
 
-    /// Lets every kept buffer go (their owner has gone idle).
-    public mutating func removeAll() {
-        buffers = []
+    /// Lets kept buffers go, all but `count` of them (their owner has gone idle). The pool's
+    /// own list keeps its storage: an owner that goes idle on every exchange (request and
+    /// response) would otherwise allocate it again, and its first buffer, every time.
+    public mutating func trim(keeping count: Int) {
+        while buffers.count > Swift.max(0, count) { buffers.removeLast() }
     }
 
     /// Keeps `buffer` for a later `take`.

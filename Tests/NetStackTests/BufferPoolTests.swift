@@ -31,7 +31,11 @@ import Wire
         large.append(1)
         pool.give(large)
         #expect(pool.count == 1 && pool.refused == 3)
-        pool.removeAll()
+        pool.give([UInt8](repeating: 2, count: 100))
+        #expect(pool.count == 2)
+        pool.trim(keeping: 1)
+        #expect(pool.count == 1)
+        pool.trim(keeping: 0)
         #expect(pool.count == 0)
     }
 

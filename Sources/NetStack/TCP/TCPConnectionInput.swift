@@ -270,7 +270,7 @@ extension TCPConnection {
         if let f = finSequence, ack > f { dataAcked -= 1 }
         sendBuffer.removeFirst(dataAcked)
         // All sent is acknowledged: the connection may go idle for long, with nothing to send.
-        if sendBuffer.isEmpty { payloadPool.removeAll() }
+        if sendBuffer.isEmpty { payloadPool.trim(keeping: 1) }
         sendUnacknowledged = ack
         if sendNext < ack { sendNext = ack }
         retransmissions = 0
