@@ -2,16 +2,18 @@
 /// changed where it lies. A `Dictionary`'s subscript getter returns a copy of its value (for a
 /// connection: a retain and a release of every buffer it holds), and the stack asks its
 /// connections something many times on every turn of the loop (`writableBytes`, `pollAt`,
-/// `state`). Here a change happens where the connection lies (`modify`). A `read` still copies
-/// it out of its optional slot (the optimizer does not borrow an optional's payload in place,
-/// however the unwrapping is written, nor from a non-optional array through a buffer pointer),
-/// so the stack's own walk over every connection on every batch (`collectSegments`) and its
-/// public queries on one connection (`writableBytes`, `state`, …) ask through `modify`.
+/// `state`). Here a change happens where the connection lies (`modify`), and so does a query
+/// (`inspect`): both take the connection `inout`, because a non-mutating read copies it.
+///
+/// The slots are not optional: the optimizer does not reach an optional's payload in place,
+/// however the unwrapping is written, so `&slots[i]!` copied the whole connection out (every
+/// buffer retained, its bytes moved) and back on every access. A free slot holds
+/// `TCPConnection.vacant` instead, and `ids` says which slots are in use.
 ///
 /// Freed slots are reused, so the array is as long as the most connections held at once
 /// (`IPStackConfiguration.maximumConnections` bounds that).
 struct ConnectionTable: Sendable {
-    private var slots: [TCPConnection?] = []
+    private var slots: [TCPConnection] = []
     private var ids: [ConnectionID?] = []
     private var slotOf: [ConnectionID: Int] = [:]
     private var free: [Int] = []
@@ -37,14 +39,14 @@ struct ConnectionTable: Sendable {
     mutating func modify<R>(_ id: ConnectionID, _ body: (inout TCPConnection) -> R) -> R? {
         guard let i = slot(of: id) else { return nil }
         changedSinceCollected = true
-        return body(&slots[i]!)
+        return body(&slots[i])
     }
 
     /// `modify` for a query: `body` reads the connection where it lies and must change nothing
     /// (not marked as a change). In place because a non-mutating read copies it (see above).
     mutating func inspect<R>(_ id: ConnectionID, _ body: (inout TCPConnection) -> R) -> R? {
         guard let i = slot(of: id) else { return nil }
-        return body(&slots[i]!)
+        return body(&slots[i])
     }
 
     private mutating func slot(of id: ConnectionID) -> Int? {
@@ -57,7 +59,7 @@ struct ConnectionTable: Sendable {
     func contains(_ id: ConnectionID) -> Bool { slotOf[id] != nil }
 
     /// The connection `id`, copied (for callers outside the stack).
-    func copy(_ id: ConnectionID) -> TCPConnection? { slotOf[id].flatMap { slots[$0] } }
+    func copy(_ id: ConnectionID) -> TCPConnection? { slotOf[id].map { slots[$0] } }
 
     mutating func insert(_ c: TCPConnection, id: ConnectionID) {
         changedSinceCollected = true
@@ -90,37 +92,34 @@ struct ConnectionTable: Sendable {
     func id(at position: Int) -> ConnectionID? { ids[position] }
 
     func read<R>(position: Int, _ body: (borrowing TCPConnection) -> R) -> R? {
-        slots.withUnsafeBufferPointer { s in
-            // Checked here: the buffer's own subscript is not, in a release build.
-            guard position >= 0, position < s.count, s[position] != nil else { return nil }
-            return body(s[position]!)
-        }
+        guard ids.indices.contains(position), ids[position] != nil else { return nil }
+        return slots.withUnsafeBufferPointer { body($0[position]) }
     }
 
     mutating func modify<R>(position: Int, _ body: (inout TCPConnection) -> R) -> R? {
-        guard slots[position] != nil else { return nil }
+        guard ids[position] != nil else { return nil }
         changedSinceCollected = true
-        return body(&slots[position]!)
+        return body(&slots[position])
     }
 
     /// `inspect` by position.
     mutating func inspect<R>(position: Int, _ body: (inout TCPConnection) -> R) -> R? {
-        guard slots[position] != nil else { return nil }
-        return body(&slots[position]!)
+        guard ids[position] != nil else { return nil }
+        return body(&slots[position])
     }
 
     // MARK: Bookkeeping
 
     private mutating func release(_ i: Int, _ id: ConnectionID) {
         if lastFound?.id == id { lastFound = nil }
-        slots[i] = nil
+        slots[i] = .vacant
         ids[i] = nil
         slotOf[id] = nil
         // Trailing free slots go, so the array shrinks back as connections end.
         if i == slots.count - 1 {
             slots.removeLast()
             ids.removeLast()
-            while let last = slots.last, last == nil {
+            while let last = ids.last, last == nil {
                 slots.removeLast()
                 ids.removeLast()
             }

@@ -166,6 +166,11 @@ public struct TCPConnection: Sendable {
         sendSyn(now: now)
     }
 
+    /// What a free slot of the stack's connection table holds (`ConnectionTable`): a closed
+    /// connection between no endpoints, holding no buffers.
+    static let vacant = TCPConnection(local: TCPEndpoint(.any, 0), remote: TCPEndpoint(.any, 0), iss: SequenceNumber(0),
+                                      configuration: TCPConfiguration(), state: .closed, now: .zero)
+
     private init(local: TCPEndpoint, remote: TCPEndpoint, iss: SequenceNumber, configuration: TCPConfiguration, state: TCPState, now: Instant) {
         self.local = local
         self.remote = remote
