@@ -76,12 +76,24 @@ func threadCPU() -> Duration {
     return .seconds(Int64(t.tv_sec)) + .nanoseconds(Int64(t.tv_nsec))
 }
 
-/// What one thread spent: CPU time and heap allocations.
+/// How many times the calling thread has gone to sleep (voluntary context switches): each one
+/// is a wakeup to pay for later, which on a virtual machine can cost more than the work itself.
+func threadSleeps() -> Int {
+    // RUSAGE_THREAD (1): <sys/resource.h> names it only under _GNU_SOURCE.
+    var usage = rusage()
+    guard getrusage(__rusage_who_t(1), &usage) == 0 else { return 0 }
+    return usage.ru_nvcsw
+}
+
+/// What one thread spent: CPU time, heap allocations and sleeps.
 struct ThreadCost {
     var cpu: Duration
     var allocations: UInt64
-    static func now() -> ThreadCost { ThreadCost(cpu: threadCPU(), allocations: allocation_counter_thread()) }
-    static func - (a: ThreadCost, b: ThreadCost) -> ThreadCost { ThreadCost(cpu: a.cpu - b.cpu, allocations: a.allocations - b.allocations) }
+    var sleeps: Int
+    static func now() -> ThreadCost { ThreadCost(cpu: threadCPU(), allocations: allocation_counter_thread(), sleeps: threadSleeps()) }
+    static func - (a: ThreadCost, b: ThreadCost) -> ThreadCost {
+        ThreadCost(cpu: a.cpu - b.cpu, allocations: a.allocations - b.allocations, sleeps: a.sleeps - b.sleeps)
+    }
 }
 
 /// CPU milliseconds per MB (10^6 bytes).
@@ -239,9 +251,10 @@ func bridge(_ o: BridgeOptions) async {
 
     let discardPort = loopbackFreePort(), echoPort = loopbackFreePort(), sinkPort = loopbackFreePort()
     let terminal: SimulatedTerminal
+    let terminalLoop: EventLoop
     do {
         // The terminal on a loop thread of its own: the host side's thread is then measured alone.
-        let terminalLoop = try EventLoop()
+        terminalLoop = try EventLoop()
         terminalLoop.startThread()
         terminal = try SimulatedTerminal(line: .pty(linkedAt: nil), services: [(.discard, discardPort), (.echo, echoPort)], loop: terminalLoop)
         terminal.readModeration = o.lineReadModeration
@@ -300,10 +313,13 @@ func bridge(_ o: BridgeOptions) async {
     let request = [UInt8](repeating: 0x41, count: 200)
     var reply = [UInt8](repeating: 0, count: 200)
     for _ in 0..<warmUpRounds { writeAll(e, request); readExactly(e, 200, into: &reply) }
+    let terminalCost = { await terminalLoop.perform { ThreadCost.now() } }
+    let (hostBefore, terminalBefore) = (await hostCost(), await terminalCost())
     let oursRTT = RoundTrips.time(o.rounds) {
         writeAll(e, request)
         readExactly(e, 200, into: &reply)
     }
+    let (hostRound, terminalRound) = (await hostCost() - hostBefore, await terminalCost() - terminalBefore)
     close(e)
     // How the host side read its line: on arrival, or on the clock (`LineReadModeration`).
     let hostLine = channel.status.lineQueue
@@ -317,6 +333,13 @@ func bridge(_ o: BridgeOptions) async {
     print(String(format: "host side per MB: host→terminal %.2f ms CPU, %.0f allocations (%.2f per 1460-byte segment); terminal→host %.2f ms CPU, %.0f allocations (%.2f per segment)",
                  msPerMB(upCost.cpu, count), Double(upCost.allocations) / mb, perSegment(upCost, upSegments),
                  msPerMB(downCost.cpu, count), Double(downCost.allocations) / mb, perSegment(downCost, downSegments)))
+    func perRound(_ c: ThreadCost) -> String {
+        String(format: "%.1f µs CPU, %.2f sleeps, %.2f allocations", seconds(c.cpu) * 1e6 / Double(o.rounds),
+               Double(c.sleeps) / Double(o.rounds), Double(c.allocations) / Double(o.rounds))
+    }
+    // Every sleep is a wakeup the round trip waits for; a wakeup that finds its CPU idle costs an
+    // idle exit on top (tens of microseconds on a virtual machine).
+    print("per round trip: host side \(perRound(hostRound)); terminal side \(perRound(terminalRound))")
     print("host side's line: \(hostLine.clockedReads) reads on the clock in \(hostLine.busyPeriods) busy periods")
     // CLOCK_MONOTONIC, as `perf record -k CLOCK_MONOTONIC` stamps samples: `perf report --time A,B`
     // then shows one direction alone.
