@@ -39,14 +39,14 @@ struct ConnectionTable: Sendable {
     mutating func modify<R>(_ id: ConnectionID, _ body: (inout TCPConnection) -> R) -> R? {
         guard let i = slot(of: id) else { return nil }
         changedSinceCollected = true
-        return body(&slots[i])
+        return inPlace(i, body)
     }
 
     /// `modify` for a query: `body` reads the connection where it lies and must change nothing
     /// (not marked as a change). In place because a non-mutating read copies it (see above).
     mutating func inspect<R>(_ id: ConnectionID, _ body: (inout TCPConnection) -> R) -> R? {
         guard let i = slot(of: id) else { return nil }
-        return body(&slots[i])
+        return inPlace(i, body)
     }
 
     private mutating func slot(of id: ConnectionID) -> Int? {
@@ -99,13 +99,22 @@ struct ConnectionTable: Sendable {
     mutating func modify<R>(position: Int, _ body: (inout TCPConnection) -> R) -> R? {
         guard ids[position] != nil else { return nil }
         changedSinceCollected = true
-        return body(&slots[position])
+        return inPlace(position, body)
     }
 
     /// `inspect` by position.
     mutating func inspect<R>(position: Int, _ body: (inout TCPConnection) -> R) -> R? {
         guard ids[position] != nil else { return nil }
-        return body(&slots[position])
+        return inPlace(position, body)
+    }
+
+    /// `body` on the connection in slot `i`, through the array's buffer: `body(&slots[i])`
+    /// compiles to a copy of the whole connection (some 940 bytes) into a temporary when
+    /// `body` only reads it. `i` is a slot in use (`ids[i]` was checked, and `ids` and
+    /// `slots` are as long as each other), so the unchecked subscript stays in bounds.
+    private mutating func inPlace<R>(_ i: Int, _ body: (inout TCPConnection) -> R) -> R {
+        precondition(i >= 0 && i < slots.count)
+        return slots.withUnsafeMutableBufferPointer { body(&$0[i]) }
     }
 
     // MARK: Bookkeeping

@@ -234,7 +234,9 @@ public struct TCPConnection: Sendable {
     /// True when the peer's FIN has been received and every byte before it read.
     public var atEndOfStream: Bool { receiveBuffer.isEmpty && finReceived }
     /// Bytes `write` accepts now.
-    public var writableBytes: Int {
+    /// Inlined: asked of connections in place (`ConnectionTable.inspect`) on every turn, a
+    /// getter that is called rather than inlined is handed a copy of the whole connection.
+    @inline(__always) public var writableBytes: Int {
         guard finSequence == nil, state == .established || state == .closeWait || state == .synSent || state == .synReceived else { return 0 }
         return max(0, configuration.sendBufferSize - sendBuffer.count)
     }

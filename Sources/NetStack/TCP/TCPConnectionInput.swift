@@ -255,7 +255,9 @@ extension TCPConnection {
     }
 
     /// Sequence number after the last queued data byte.
-    var dataEnd: SequenceNumber {
+    /// Inlined: called from `mutating` methods, a getter that is not inlined is handed a copy
+    /// of the whole connection.
+    @inline(__always) var dataEnd: SequenceNumber {
         (state == .synSent || state == .synReceived ? initialSendSequence + 1 : sendUnacknowledged) + sendBuffer.count
     }
 

@@ -4,24 +4,24 @@ import Wire
 extension TCPConnection {
     // MARK: Timers
 
-    var keepAliveDeadline: Instant? {
+    @inline(__always) var keepAliveDeadline: Instant? {
         guard let k = configuration.keepAlive, state == .established || state == .closeWait else { return nil }
         return lastReceived + k.idle + k.interval * keepAliveProbesSent
     }
 
-    var userTimeoutDeadline: Instant? {
+    @inline(__always) var userTimeoutDeadline: Instant? {
         guard let t = configuration.userTimeout, let since = unacknowledgedSince else { return nil }
         return since + t
     }
 
     /// Only once the application has closed for good: a half-closed connection still reads.
-    var finWait2Deadline: Instant? {
+    @inline(__always) var finWait2Deadline: Instant? {
         guard state == .finWait2, applicationClosed, let since = finWait2Since, let t = configuration.finWait2Timeout else { return nil }
         return since + t
     }
 
     /// When `timer` is due, if it is running.
-    public func deadline(_ timer: TCPTimer) -> Instant? {
+    @inline(__always) public func deadline(_ timer: TCPTimer) -> Instant? {
         switch timer {
         case .keepAlive: return keepAliveDeadline
         case .userTimeout: return userTimeoutDeadline
@@ -30,7 +30,10 @@ extension TCPConnection {
         }
     }
 
-    public var pollAt: Instant? {
+    // Inlined, as are the deadlines it reads: the stack asks every connection on every turn,
+    // through an `inout` access (`ConnectionTable.inspect`), and a getter that is called
+    // rather than inlined there is handed a copy of the whole connection (some 940 bytes).
+    @inline(__always) public var pollAt: Instant? {
         if state == .closed { return nil }
         if ackNow { return .zero }
         // A loop, not compactMap(...).min(): asked on every turn, it must not allocate.
