@@ -89,9 +89,11 @@ public final class DiagnosticServices: StackApplication {
     }
 
     private static func serve(_ s: inout Session, _ id: ConnectionID, host: StackAttachment, discarding scratch: inout [UInt8], now: Instant) {
-        /// Reads everything that waits and throws it away.
+        /// Reads everything that waits, in one read (one window update), and throws it away.
+        /// The scratch array grows to a receive buffer at most (256 KiB by default), once for
+        /// every session of this object.
         func drain() {
-            repeat { scratch.removeAll(keepingCapacity: true) } while host.stack!.read(id, maximum: 16384, appendingTo: &scratch, now: now) > 0
+            host.stack!.read(id, appendingTo: &scratch, now: now)
             scratch.removeAll(keepingCapacity: true)
         }
         switch s.service {
@@ -106,6 +108,9 @@ public final class DiagnosticServices: StackApplication {
                 let room = host.writableBytes(id)
                 if host.stack!.read(id, maximum: max(room, 1), appendingTo: &s.pending, now: now) == 0 { break }
             }
+            // Emptied, the pending array keeps its room for the next message, up to 16 KiB: a
+            // session idle after one large read does not hold on to it.
+            if s.pending.isEmpty && s.pending.capacity > 16384 { s.pending = [] }
             if s.pending.isEmpty && host.atEndOfStream(id) && !s.peerDone {
                 s.peerDone = true
                 host.stack!.close(id, now: now)

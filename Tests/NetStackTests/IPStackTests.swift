@@ -225,6 +225,26 @@ enum Peer {
         #expect(try #require(s.connection(id)).payloadPool.count == 1)
     }
 
+    /// Segments sent and all acknowledged within one batch (before the stack collects them):
+    /// their payload arrays come back after the connection went idle, and it still keeps one.
+    @Test func aBatchSentAndAcknowledgedAtOnceLeavesOnePayloadArray() throws {
+        var (s, id, _) = try acceptedConnection(acknowledgeAtCollection: true)
+        // Within the initial congestion window: every byte leaves in this batch.
+        let data = bytes(3 * 1460)
+        #expect(s.write(id, data, now: .zero) == data.count)
+        let sendNext = try #require(s.connection(id)).sendNext
+        #expect(try #require(s.connection(id)).pendingSegments.count == 3)
+        var ack = TCPHeader(sourcePort: 4000, destinationPort: 80, sequenceNumber: 1001, flags: [.ack], window: 65535)
+        ack.acknowledgmentNumber = sendNext.rawValue
+        s.receive(packet: Peer.tcp(ack), now: .milliseconds(1))
+        var packets: [[UInt8]] = []
+        s.takeOutgoing(into: &packets)
+        #expect(packets.count == 3)
+        let c = try #require(s.connection(id))
+        #expect(c.unacknowledgedBytes == 0)
+        #expect(c.payloadPool.count == 1)
+    }
+
     @Test func acknowledgedAtCollectionOneACKAnswersABatchWithTheWindowReopened() throws {
         var (s, id, seg) = try acceptedConnection(acknowledgeAtCollection: true)
         // Five full segments in one batch, each read by the application as it comes.

@@ -93,6 +93,7 @@ struct ConnectionTable: Sendable {
 
     func read<R>(position: Int, _ body: (borrowing TCPConnection) -> R) -> R? {
         guard ids.indices.contains(position), ids[position] != nil else { return nil }
+        precondition(position < slots.count)
         return slots.withUnsafeBufferPointer { body($0[position]) }
     }
 

@@ -237,9 +237,8 @@ extension IPStack {
         defer { connections.markCollected() }
         var finished: [ConnectionID] = []
         // In place, without lookups (nothing here adds or removes a connection until the loop
-        // is over). Asked through `modify`, not `read`: a read of the optional slot copies the
-        // connection out (every buffer it holds retained and released) however it is written,
-        // where an access in place does not.
+        // is over). Asked through `modify`, not `read`: a non-mutating access may copy the
+        // whole connection (see `ConnectionTable`), where an access in place does not.
         for i in connections.positions {
             guard let id = connections.id(at: i) else { continue }
             if releasingAcks { connections.modify(position: i) { $0.releaseHeldAck() } }

@@ -136,11 +136,14 @@ public struct TCPConnection: Sendable {
     let timestampOffset: UInt32
 
     var outgoing: [TCPSegment] = []
-    /// Arrays of segments already collected, for the payloads of the next ones. Segment-sized
-    /// (larger ones are let go) and cut to one once everything sent is acknowledged: an idle
-    /// connection keeps at most 4 KiB, and a request/response exchange, idle between every
-    /// message, sends each from the array the last one used instead of allocating one.
-    var payloadPool = BufferPool(limit: 8, largest: 4096)
+    /// Arrays of segments already collected, for the payloads of the next ones: 32 (with 8,
+    /// three segments in four of a bulk transfer allocated their array), of a 1500-byte link's
+    /// segment size at most (larger ones are let go), so at most 64 KiB while busy, a quarter
+    /// of a full send buffer. Cut to one once everything sent is acknowledged (`newAck`, and
+    /// `clearPending` for arrays handed back after that): an idle connection keeps at most
+    /// 2 KiB, and a request/response exchange, idle between every message, sends each from
+    /// the array the last one used instead of allocating one.
+    var payloadPool = BufferPool(limit: 32, largest: 2048)
     var events: [TCPEvent] = []
     var writeBlocked = false
     /// The application called `close`: it reads no more.
@@ -369,6 +372,9 @@ public struct TCPConnection: Sendable {
     mutating func clearPending() {
         // The payloads' arrays carry the next segments' (`sendData`).
         while let s = outgoing.popLast() { payloadPool.give(s.payload) }
+        // A batch can send segments and then take an ACK for all of them: the connection is
+        // idle with this batch's arrays only now handed back.
+        if sendBuffer.isEmpty { payloadPool.trim(keeping: 1) }
         events.removeAll(keepingCapacity: true)
     }
 }
