@@ -240,9 +240,11 @@ public final class LinkSession: LoopClient {
     private var queuedBytes: Int { output.count }
 
     /// Frames the line has brought, good or damaged: what the read clock weighs a read by.
+    /// Frames a simulated loss (`--frame-loss`) took out before the decoder count too: they
+    /// came over the line.
     private var framesReceived: Int {
         let c = link.decoder.counters
-        return c.frames &+ c.droppedFrames
+        return c.frames &+ c.droppedFrames &+ (inboundLoss?.framesDropped ?? 0)
     }
 
     public var pollAt: Instant? {
