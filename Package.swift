@@ -74,7 +74,7 @@ let package = Package(
         .executableTarget(name: "FuzzPaymentMessages", dependencies: ["Payment", "FuzzSupport"], path: "Tools/Fuzz/PaymentMessages"),
         .executableTarget(name: "FuzzLink", dependencies: ["Framing", "PPP", "NetStack", "FuzzSupport"], path: "Tools/Fuzz/Link"),
         .executableTarget(name: "FuzzReaderSession", dependencies: ["Payment", "NetStack", "FuzzSupport"], path: "Tools/Fuzz/ReaderSession"),
-        .executableTarget(name: "FuzzChannel", dependencies: ["NetStack", "FuzzSupport"], path: "Tools/Fuzz/Channel"),
+        .executableTarget(name: "FuzzChannel", dependencies: ["Channel", "NetStack", "FuzzSupport"], path: "Tools/Fuzz/Channel"),
         .executableTarget(name: "FuzzStreamDecoder", dependencies: ["Framing", "FuzzSupport"], path: "Tools/Fuzz/StreamDecoder"),
         .executableTarget(
             name: "FuzzPacketParsers",

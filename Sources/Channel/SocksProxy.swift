@@ -56,8 +56,8 @@ public struct ProxyConnectionStatus: Sendable, Equatable {
 /// Where the proxy may connect on the terminal's behalf. The decision is made on the address
 /// the connection would go to, after a name is resolved, so a name for 127.0.0.1 meets the same
 /// rule as 127.0.0.1 itself.
-struct SocksPolicy: Equatable {
-    enum Decision: Equatable {
+public struct SocksPolicy: Sendable, Equatable {
+    public enum Decision: Sendable, Equatable {
         /// Allowed. `openedByOperator`: an entry naming this address and port, or
         /// `allowPrivate`, opened it; otherwise the rules let it through, and a connection
         /// that turns out to reach this host after all is reset once made.
@@ -73,17 +73,24 @@ struct SocksPolicy: Equatable {
         case restricted(IPv4AddressScope)
     }
 
-    var allow: [SocksDestination]?
-    var allowPrivate = false
-    var ownAddresses: [IPv4Address] = []
+    public var allow: [SocksDestination]?
+    public var allowPrivate = false
+    /// Our PPP address and the terminal's.
+    public var ownAddresses: [IPv4Address] = []
+
+    public init(allow: [SocksDestination]?, allowPrivate: Bool = false, ownAddresses: [IPv4Address] = []) {
+        self.allow = allow
+        self.allowPrivate = allowPrivate
+        self.ownAddresses = ownAddresses
+    }
 
     /// Before any lookup: with an allow-list, a destination it does not name is refused without
     /// resolving anything.
-    func listed(_ requested: SocksDestination) -> Bool { allow?.contains(requested) ?? true }
+    public func listed(_ requested: SocksDestination) -> Bool { allow?.contains(requested) ?? true }
 
     /// Whether the terminal may have `requested` (as it asked for it), which leads to `address`,
     /// on a host whose interfaces have `hostAddresses` now.
-    func decide(_ requested: SocksDestination, address: IPv4Address, hostAddresses: [IPv4Address]) -> Decision {
+    public func decide(_ requested: SocksDestination, address: IPv4Address, hostAddresses: [IPv4Address]) -> Decision {
         guard listed(requested) else { return .notListed }
         // An entry naming this very address and port is the operator's word for it. An entry
         // naming a host name is not: the name's owner decides where it leads, and may point it

@@ -3,13 +3,17 @@
 // The first byte chooses:
 //   even: a SOCKS client. The rest is what it sends, fed to `SocksNegotiation` (bit 1 of the
 //         first byte: a password is required) in pieces whose sizes the bytes themselves pick;
-//         the outcome must not depend on the cut. A CONNECT request's destination is classified
-//         as the proxy's policy would (`IPv4AddressScope`), and its replies are built.
+//         the outcome must not depend on the cut. A CONNECT request's destination goes before
+//         the proxy's policy (`SocksPolicy`) as the proxy puts it there: an allow-list, private
+//         destinations allowed or not, our addresses and the host's, and for a name the address
+//         it "resolved" to, all chosen by the first byte's other bits and the request's own
+//         bytes. The decision must keep the policy's promises (below), and its replies are built.
 //   odd:  the DNS relay's book of queries. The rest is a series of operations, each a byte
 //         and a 2-byte big-endian length with that many bytes: a client's query (admitted,
 //         sent under a fresh id on a slot), an upstream datagram on a slot (answered only under
 //         the id sent), time passing, a slot closed. The cap and the ids must hold throughout.
 // Nothing may trap.
+import Channel
 import FuzzSupport
 import NetStack
 
@@ -34,15 +38,78 @@ func socksClient(_ input: [UInt8]) {
     guard case let .request(request, _)? = once.last else { return }
     FuzzDepth.count("socks-requests")
     _ = request.host.description
-    if case let .ipv4(address) = request.host {
-        let scope = IPv4AddressScope(address)
-        _ = scope.description
-        FuzzDepth.count("socks-\(scope)")
-    }
+    policyDecision(request, bits: input[0], body: body)
     for version in [SocksVersion.socks4, .socks5] {
         _ = SocksNegotiation.failureReply(for: version, .notAllowed)
     }
     _ = SocksNegotiation.successReply(for: request, bound: IPv4Address(192, 168, 53, 1), port: 1080)
+}
+
+/// What the proxy does with a request (`SocksProxy.admit`, `connectIfAllowed`), with a policy
+/// and addresses the input picks, and the promises the decision must keep:
+/// - a destination an allow-list does not name is `notListed`, whatever else holds;
+/// - the operator opened it (`connect(openedByOperator: true)`) only with private destinations
+///   allowed or an entry naming this address and port;
+/// - the rules let it through only to a global address that is neither ours nor the host's;
+/// - otherwise, a destination that is not global, or ours, is never connected to;
+/// - what a log line shows of the destination has no control character (`PeerText`).
+func policyDecision(_ request: SocksRequest, bits: UInt8, body: [UInt8]) {
+    // Addresses from the request's own bytes, so that mutations reach every range.
+    func address(_ k: Int) -> IPv4Address {
+        let b = { (i: Int) -> UInt8 in body.isEmpty ? 0 : body[(k &* 7 &+ i) % body.count] }
+        return IPv4Address(b(0), b(1), b(2), b(3))
+    }
+    let requested: SocksDestination
+    let resolved: IPv4Address
+    switch request.host {
+    case let .ipv4(a):
+        requested = SocksDestination(host: a.description, port: request.port)
+        resolved = a
+    case let .name(name):
+        requested = SocksDestination(host: name, port: request.port)
+        resolved = address(1)
+    case .ipv6:
+        return
+    }
+    precondition(requested.description.unicodeScalars.allSatisfy { (0x20...0x7E).contains($0.value) }, "a destination's text reached a log unescaped")
+    let byAddress = SocksDestination(host: resolved.description, port: request.port)
+    let allow: [SocksDestination]?
+    switch (bits >> 2) & 3 {
+    case 0: allow = nil
+    case 1: allow = [requested]
+    case 2: allow = [requested, byAddress]
+    default: allow = [SocksDestination(host: address(2).description, port: request.port &+ 1)]
+    }
+    let own = [address(3), bits & 0x40 != 0 ? resolved : address(4)]
+    let hostAddresses = bits & 0x80 != 0 ? [resolved, address(5)] : [address(5)]
+    let policy = SocksPolicy(allow: allow, allowPrivate: bits & 0x10 != 0, ownAddresses: own)
+    let decision = policy.decide(requested, address: resolved, hostAddresses: hostAddresses)
+    let scope = IPv4AddressScope(resolved)
+    FuzzDepth.count("socks-\(scope)")
+    let listed = allow?.contains(requested) ?? true
+    let namedByOperator = policy.allowPrivate || (allow?.contains(byAddress) ?? false)
+    switch decision {
+    case .notListed:
+        FuzzDepth.count("socks-not-listed")
+        precondition(!listed, "a listed destination was refused as not listed")
+    case .connect(openedByOperator: true):
+        FuzzDepth.count("socks-operator")
+        precondition(listed && namedByOperator, "a destination was opened that no entry and no setting opens")
+    case .connect(openedByOperator: false):
+        FuzzDepth.count("socks-connect")
+        precondition(listed && !namedByOperator && scope == .global && !own.contains(resolved) && !hostAddresses.contains(resolved),
+                     "the rules let through \(resolved), \(scope)")
+    case .ownAddress:
+        FuzzDepth.count("socks-own-address")
+        precondition(listed && !namedByOperator && own.contains(resolved), "refused as ours: \(resolved)")
+    case .hostAddress:
+        FuzzDepth.count("socks-host-address")
+        precondition(listed && !namedByOperator && scope == .global && hostAddresses.contains(resolved), "refused as the host's: \(resolved)")
+    case let .restricted(s):
+        FuzzDepth.count("socks-restricted")
+        precondition(listed && !namedByOperator && s == scope && scope != .global, "refused by range: \(resolved), \(scope)")
+    }
+    if !listed { precondition(decision == .notListed, "an unlisted destination was not refused as such") }
 }
 
 func dnsRelay(_ input: [UInt8]) {
