@@ -230,7 +230,6 @@ final class Bridges: StackApplication {
 
     func event(_ id: ConnectionID, _ event: TCPEvent, now: Instant) { relays.event(id, event, now: now) }
     func step(now: Instant) { relays.step(now: now) }
-    func flush(now: Instant) { relays.flush(now: now) }
 
     func report() -> [String] {
         bridges.map { b in

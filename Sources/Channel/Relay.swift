@@ -59,10 +59,8 @@ final class Relay {
     /// In its table: set by `add`, cleared when it leaves. A relay found in a work list, or
     /// called back by epoll, is pumped only while this holds.
     var attached = false
-    /// Listed to be pumped this batch (`dirty`), or holding bytes for the batch's end (`held`):
-    /// each relay is listed once at most.
+    /// Listed to be pumped this batch (`dirty`): each relay is listed once at most.
     var isDirty = false
-    var isHeld = false
 
     final class Counter {
         var value = TrafficCounters()
@@ -89,9 +87,8 @@ final class Relay {
 final class RelayTable {
     unowned let loop: EventLoop
     weak var host: StackAttachment?
-    // `dirty`: relays to pump, in the order they were marked; lists with a flag on each relay
-    // rather than sets of ids, so marking one hashes nothing. `held`: relays holding bytes for
-    // their host socket until the batch's end (`flush`).
+    // `dirty`: relays to pump, in the order they were marked; a list with a flag on each relay
+    // rather than a set of ids, so marking one hashes nothing.
     //
     // Release builds skip the runtime exclusivity check on the properties in this #if block
     // (about 70 instructions an access, several on every turn): plain values and standard
@@ -100,16 +97,13 @@ final class RelayTable {
     #if DEBUG
     private(set) var relays: [ConnectionID: Relay] = [:]
     private var dirty: [Relay] = []
-    private var held: [Relay] = []
     private var buffer = [UInt8](repeating: 0, count: 65536)
     #else
     @exclusivity(unchecked) private(set) var relays: [ConnectionID: Relay] = [:]
     @exclusivity(unchecked) private var dirty: [Relay] = []
-    @exclusivity(unchecked) private var held: [Relay] = []
     @exclusivity(unchecked) private var buffer = [UInt8](repeating: 0, count: 65536)
     #endif
     private var spareDirty: [Relay] = []
-    private var spareHeld: [Relay] = []
     /// Why the last relay that failed did: what a report shows beside the count.
     var lastFailure: String?
 
@@ -151,7 +145,7 @@ final class RelayTable {
                 markDirty(r)
             } else {
                 // A reset or timeout is passed on to the host as a reset; the stack may let go.
-                // What came before the reset, held for the batch's end, goes first.
+                // What came before the reset and still waits for the host goes first.
                 if r.pendingToHost > 0 && r.hostConnected, let n = try? HostSocket.send(r.fd, r.toHost[r.toHostStart...]) {
                     r.counters.value.bytesToHost += n
                 }
@@ -163,9 +157,9 @@ final class RelayTable {
         }
     }
 
-    // `dirty` and `held` start over empty while their relays are pumped (a pump may add to
-    // them): each trades places with a spare, so neither is allocated anew every batch. (Not
-    // through one function taking them `inout`: that would hold them for the whole pump.)
+    // `dirty` starts over empty while its relays are pumped (a pump may add to it): it trades
+    // places with a spare, so it is not allocated anew every batch. (Not through a function
+    // taking it `inout`: that would hold it for the whole pump.)
     func step(now: Instant) {
         guard !dirty.isEmpty else { return }
         var work = spareDirty
@@ -179,25 +173,10 @@ final class RelayTable {
         spareDirty = work
     }
 
-    /// The batch is in: what each relay held goes to its host socket, in one send.
-    func flush(now: Instant) {
-        guard !held.isEmpty else { return }
-        var work = spareHeld
-        spareHeld = []
-        swap(&work, &held)
-        for r in work {
-            r.isHeld = false
-            if r.attached { pump(r, now: now) }
-        }
-        work.removeAll(keepingCapacity: true)
-        spareHeld = work
-    }
-
     /// The link is down: every host connection is reset, every descriptor closed.
     func closeAll() {
         for r in Array(relays.values) { remove(r, reset: true) }
         dirty.removeAll()
-        held.removeAll()
     }
 
     // MARK: Moving bytes
@@ -238,18 +217,6 @@ final class RelayTable {
         pump(r, now: now)
     }
 
-    /// Reads the stack's bytes into `toHost`, up to one buffer held.
-    private func collect(_ r: Relay, host: StackAttachment, now: Instant) {
-        if r.toHostStart > 0 {
-            r.toHost.removeFirst(r.toHostStart)
-            r.toHostStart = 0
-        }
-        while r.toHost.count < buffer.count {
-            // Onto the end of `toHost`, which keeps its storage from batch to batch.
-            if host.stack!.read(r.id, maximum: buffer.count - r.toHost.count, appendingTo: &r.toHost, now: now) == 0 { return }
-        }
-    }
-
     private func readHost(_ r: Relay, now: Instant) {
         guard let host, host.stackIsUp else { return }
         while !r.hostEOF && r.stackEstablished {
@@ -284,18 +251,6 @@ final class RelayTable {
 
     private func pump(_ r: Relay, now: Instant) {
         guard r.attached, let host, host.stackIsUp else { return }
-        if r.hostConnected && host.batching && !r.stackEOF && r.stackEstablished {
-            // Within a batch: take what the stack has (its window reopens, the ACK at the
-            // batch's end says so) and send it all at the end, in one send.
-            collect(r, host: host, now: now)
-            if r.pendingToHost > 0 {
-                if !r.isHeld {
-                    r.isHeld = true
-                    held.append(r)
-                }
-                return
-            }
-        }
         if r.hostConnected {
             while true {
                 if r.pendingToHost > 0 {

@@ -334,7 +334,6 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         relays.step(now: now)
     }
 
-    func flush(now: Instant) { relays.flush(now: now) }
 
     var pollAt: Instant? { negotiating.values.lazy.map { $0.deadline }.min() }
 

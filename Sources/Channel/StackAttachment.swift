@@ -30,11 +30,10 @@ public protocol StackApplication: AnyObject {
     func acceptable(port: UInt16, now: Instant)
     func event(_ id: ConnectionID, _ event: TCPEvent, now: Instant)
     func datagram(port: UInt16, now: Instant)
-    /// After every packet of input: move what can be moved.
+    /// After a batch of input (every packet a line read brought), and after the events it
+    /// caused: move what can be moved. What goes to a host socket then leaves in one send
+    /// for the whole batch.
     func step(now: Instant)
-    /// The batch of packets a line read brought is in: send what was held for it
-    /// (`StackAttachment.batching`).
-    func flush(now: Instant)
     var pollAt: Instant? { get }
     func poll(now: Instant)
     func report() -> [String]
@@ -45,7 +44,6 @@ extension StackApplication {
     public func datagram(port: UInt16, now: Instant) {}
     public var pollAt: Instant? { nil }
     public func poll(now: Instant) {}
-    public func flush(now: Instant) {}
     public func report() -> [String] { [] }
 }
 
@@ -245,35 +243,27 @@ public final class StackAttachment: NetworkAttachment {
         for a in applications { a.stop() }
         stack = nil
         stackIsUp = false
-        batching = false
         result = nil
         portOwners = [:]
         udpOwners = [:]
         connectionOwners = [:]
     }
 
-    /// Feeds one packet to the stack and lets the applications act on it at once. Not once per
-    /// batch a line read brings: data that came in the same read as a reset would be dropped
-    /// with the connection, and a burst of datagrams could pass a socket's queue before anyone
-    /// reads it. The ACKs wait for `takeOutgoing` at the batch's end
-    /// (`IPStackConfiguration.acknowledgeAtCollection`), so they advertise what was read.
-    /// Hands the stack one packet of a batch. Its events wait for the batch's end
-    /// (`takeOutgoing`), where the applications are served once for every packet in it: a turn
-    /// that brings one frame then serves once, not once per packet and again at the end.
+    /// Hands the stack one packet of a batch (every packet a line read brought). Its events
+    /// wait for the batch's end (`takeOutgoing`), where the applications are served once for
+    /// the whole batch: what they read then leaves for a host socket in one send, and the ACKs
+    /// (`IPStackConfiguration.acknowledgeAtCollection`) advertise what was read.
     public func receive(packet: [UInt8], now: Instant) {
-        batching = true
         stack?.receive(packet: packet, now: now)
     }
 
     public func takeOutgoing(now: Instant) -> [[UInt8]] {
         serve(now: now)
-        endBatch(now: now)
         return stack?.takeOutgoing() ?? []
     }
 
     public func takeOutgoing(now: Instant, into packets: inout [[UInt8]]) {
         serve(now: now)
-        endBatch(now: now)
         packets.removeAll(keepingCapacity: true)
         stack?.takeOutgoing(into: &packets)
     }
@@ -281,23 +271,6 @@ public final class StackAttachment: NetworkAttachment {
     public func recycle(_ packets: inout [[UInt8]]) {
         stack?.recycle(&packets)
         packets.removeAll(keepingCapacity: true)
-    }
-
-    // Unchecked in release builds, as above.
-    /// True from the first packet of a batch a line read brings until its output is taken:
-    /// applications may hold what they send to host sockets meanwhile, so that a batch of
-    /// segments for one connection leaves in one send (not one send per segment).
-    #if DEBUG
-    public private(set) var batching = false
-    #else
-    @exclusivity(unchecked) public private(set) var batching = false
-    #endif
-
-    private func endBatch(now: Instant) {
-        guard batching else { return }
-        batching = false
-        for a in applications { a.flush(now: now) }
-        serve(now: now)
     }
 
     public var pollAt: Instant? {
@@ -309,7 +282,6 @@ public final class StackAttachment: NetworkAttachment {
     }
 
     public func poll(now: Instant) {
-        endBatch(now: now)
         if let p = stack?.pollAtInPlace(), p <= now { stack?.poll(now: now) }
         for a in applications { if let p = a.pollAt, p <= now { a.poll(now: now) } }
         pingTick(now: now)
