@@ -53,6 +53,18 @@ public struct ProxyConnectionStatus: Sendable, Equatable {
     public var keepAlive: KeepAliveSettings?
 }
 
+extension SocksDestination {
+    /// What `request` asked for, as the policy weighs it; nil for an IPv6 address, which the
+    /// proxy does not serve.
+    public init?(_ request: SocksRequest) {
+        switch request.host {
+        case let .ipv4(a): self.init(host: a.description, port: request.port)
+        case let .name(name): self.init(host: name, port: request.port)
+        case .ipv6: return nil
+        }
+    }
+}
+
 /// Where the proxy may connect on the terminal's behalf. The decision is made on the address
 /// the connection would go to, after a name is resolved, so a name for 127.0.0.1 meets the same
 /// rule as 127.0.0.1 itself.
@@ -406,18 +418,12 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
     }
 
     private func admit(_ id: ConnectionID, _ request: SocksRequest, leftover: [UInt8], now: Instant) {
-        let requested: SocksDestination
-        var address: IPv4Address?
-        switch request.host {
-        case let .ipv4(a):
-            requested = SocksDestination(host: a.description, port: request.port)
-            address = a
-        case let .name(name):
-            requested = SocksDestination(host: name, port: request.port)
-        case .ipv6:
+        guard let requested = SocksDestination(request) else {
             refuse(id, SocksNegotiation.failureReply(for: request.version, .addressTypeNotSupported), now: now)
             return
         }
+        var address: IPv4Address?
+        if case let .ipv4(a) = request.host { address = a }
         guard policy.listed(requested) else {
             refuseByPolicy(id, request, why: "not on the allow-list", now: now)
             return

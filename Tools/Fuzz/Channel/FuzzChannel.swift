@@ -59,18 +59,10 @@ func policyDecision(_ request: SocksRequest, bits: UInt8, body: [UInt8]) {
         let b = { (i: Int) -> UInt8 in body.isEmpty ? 0 : body[(k &* 7 &+ i) % body.count] }
         return IPv4Address(b(0), b(1), b(2), b(3))
     }
-    let requested: SocksDestination
-    let resolved: IPv4Address
-    switch request.host {
-    case let .ipv4(a):
-        requested = SocksDestination(host: a.description, port: request.port)
-        resolved = a
-    case let .name(name):
-        requested = SocksDestination(host: name, port: request.port)
-        resolved = address(1)
-    case .ipv6:
-        return
-    }
+    // As the proxy takes it (`SocksProxy.admit`): an IPv6 destination is refused before this.
+    guard let requested = SocksDestination(request) else { return }
+    var resolved = address(1)
+    if case let .ipv4(a) = request.host { resolved = a }
     precondition(requested.description.unicodeScalars.allSatisfy { (0x20...0x7E).contains($0.value) }, "a destination's text reached a log unescaped")
     let byAddress = SocksDestination(host: resolved.description, port: request.port)
     let allow: [SocksDestination]?
