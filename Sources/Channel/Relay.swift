@@ -145,9 +145,18 @@ final class RelayTable {
                 markDirty(r)
             } else {
                 // A reset or timeout is passed on to the host as a reset; the stack may let go.
-                // What came before the reset and still waits for the host goes first.
-                if r.pendingToHost > 0 && r.hostConnected, let n = try? HostSocket.send(r.fd, r.toHost[r.toHostStart...]) {
-                    r.counters.value.bytesToHost += n
+                // What came before the reset and still waits for the host goes first, as far
+                // as the host socket takes it now: what is in `toHost`, and what is still in
+                // our receive buffer (it may have come in the same line read as the reset).
+                if r.hostConnected, let host, host.stackIsUp {
+                    if r.pendingToHost == 0 {
+                        r.toHost.removeAll(keepingCapacity: true)
+                        r.toHostStart = 0
+                    }
+                    host.stack!.read(id, appendingTo: &r.toHost, now: now)
+                    if r.pendingToHost > 0, let n = try? HostSocket.send(r.fd, r.toHost[r.toHostStart...]) {
+                        r.counters.value.bytesToHost += n
+                    }
                 }
                 r.counters.value.failures += 1
                 lastFailure = "terminal side: \(reason.rawValue)"

@@ -278,6 +278,56 @@ struct BoundsTests {
         await channel.close()
     }
 
+    @Test func dataThatCameInTheSameLineReadAsAResetStillReachesTheHost() async throws {
+        // The terminal writes and resets at once: data segments and the RST leave in one line
+        // write, so our stack takes them in one batch and reports the data and the reset
+        // together. The host must get the bytes, then the reset.
+        let directory = try Self.directory()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let hostPort = Host.freePort()
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, 4)
+        var address = Host.address(TCPEndpoint(IPv4Address(127, 0, 0, 1), hostPort))
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        listen(listener, 4)
+        defer { close(listener) }
+        let accepted = Locked(false)
+        let received = Locked<(bytes: [UInt8], clean: Bool)?>(nil)
+        Thread.detachNewThread {
+            let c = accept(listener, nil, nil)
+            guard c >= 0 else { return }
+            accepted.mutate { $0 = true }
+            Host.setTimeout(c, seconds: 30)
+            let r = Host.readAll(c)
+            close(c)
+            received.mutate { $0 = r }
+        }
+        let (channel, terminal) = try Self.scripted(directory + "/line")
+        let ours = try #require(channel.currentAddresses?.ip)
+        try channel.addBridge(.terminalToHost, port: hostPort)
+        let id = try #require(try terminal.stack?.connect(to: TCPEndpoint(ours, hostPort), now: monotonicNow()))
+        let established = terminal.run(for: .seconds(10)) { terminal.events.contains(.tcp(id, .established)) && accepted.value }
+        try #require(established)
+        // Long enough for the channel to see its host socket connected.
+        terminal.run(for: .milliseconds(300)) { false }
+
+        let payload = Host.random(3000, seed: 31)
+        let now = monotonicNow()
+        // Without Nagle the short last segment leaves before the reset too.
+        terminal.stack!.setNagle(id, false, now: now)
+        #expect(terminal.stack!.write(id, payload[...], now: now) == payload.count)
+        terminal.stack!.abort(id, now: now)
+        terminal.turn()
+        #expect(terminal.unsentBytes == 0)
+        terminal.run(for: .seconds(10)) { received.value != nil }
+        let r = try #require(received.value)
+        #expect(Host.sha(r.bytes) == Host.sha(payload), "the host got \(r.bytes.count) of \(payload.count) bytes")
+        #expect(!r.clean)
+        #expect(channel.bridgeStatus[0].traffic.failures == 1)
+        await channel.close()
+    }
+
     @Test func aTerminalHoldingItsWindowShutIsDroppedAfterTheUserTimeout() async throws {
         let port = Host.freePort()
         let rig = try PtyRig { $0.connectionUserTimeout = .seconds(2) }
