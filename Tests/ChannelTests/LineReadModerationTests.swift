@@ -271,9 +271,9 @@ import Wire
             let rate = 3_000_000.0
             let begin = monotonicNow()
             var checked = begin
-            // Once the clock took over, the writer goes on until it stayed on the clock (two
-            // reads on it for every busy period), 1 s at most: a line this busy keeps it
-            // reading. (While lost frames went uncounted, it gave up at its first read, every
+            // Once the clock took over, the writer goes on until it stayed on the clock (more
+            // reads on it than busy periods: a loaded machine may drop off the clock and take
+            // it again), 1 s at most: a line this busy keeps it reading. (While lost frames went uncounted, it gave up at its first read, every
             // time.)
             var engaged: Instant?
             while true {
@@ -287,7 +287,7 @@ import Wire
                         checked = now
                         let c = loop.sync { session.lineQueue }
                         if engaged == nil, c.busyPeriods > 0 { engaged = now }
-                        if c.busyPeriods > 0, c.clockedReads >= 2 * c.busyPeriods { break }
+                        if c.busyPeriods > 0, c.clockedReads > c.busyPeriods { break }
                     }
                 }
                 // Paced by the clock, so a late wakeup catches up instead of slowing the rate.
@@ -314,7 +314,7 @@ import Wire
         #expect(r.read == r.written)
         if moderated {
             #expect(r.counters.busyPeriods >= 1, "\(r.counters)")
-            #expect(r.counters.clockedReads >= 2 * r.counters.busyPeriods, "\(r.counters)")
+            #expect(r.counters.clockedReads > r.counters.busyPeriods, "\(r.counters)")
         } else {
             #expect(r.counters.busyPeriods == 0)
             #expect(r.counters.clockedReads == 0)
