@@ -63,7 +63,11 @@ func policyDecision(_ request: SocksRequest, bits: UInt8, body: [UInt8]) {
     guard let requested = SocksDestination(request) else { return }
     var resolved = address(1)
     if case let .ipv4(a) = request.host { resolved = a }
-    precondition(requested.description.unicodeScalars.allSatisfy { (0x20...0x7E).contains($0.value) }, "a destination's text reached a log unescaped")
+    // What the proxy's log lines show of the destination (`SocksProxy.refuse`, `admit`), and
+    // how a destination prints.
+    for text in ["\(request.host):\(request.port)", requested.description] {
+        precondition(text.unicodeScalars.allSatisfy { (0x20...0x7E).contains($0.value) }, "a destination's text reached a log unescaped")
+    }
     let byAddress = SocksDestination(host: resolved.description, port: request.port)
     let allow: [SocksDestination]?
     switch (bits >> 2) & 3 {
