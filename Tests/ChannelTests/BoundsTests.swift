@@ -299,6 +299,8 @@ struct BoundsTests {
             guard c >= 0 else { return }
             accepted.mutate { $0 = true }
             Host.setTimeout(c, seconds: 30)
+            // Its arrival at the terminal shows the channel has the host socket connected.
+            _ = Host.sendAll(c, Array("hi".utf8))
             let r = Host.readAll(c)
             close(c)
             received.mutate { $0 = r }
@@ -307,10 +309,9 @@ struct BoundsTests {
         let ours = try #require(channel.currentAddresses?.ip)
         try channel.addBridge(.terminalToHost, port: hostPort)
         let id = try #require(try terminal.stack?.connect(to: TCPEndpoint(ours, hostPort), now: monotonicNow()))
-        let established = terminal.run(for: .seconds(10)) { terminal.events.contains(.tcp(id, .established)) && accepted.value }
-        try #require(established)
-        // Long enough for the channel to see its host socket connected.
-        terminal.run(for: .milliseconds(300)) { false }
+        let greeted = terminal.run(for: .seconds(10)) { terminal.stack!.readableBytes(id) == 2 }
+        try #require(greeted)
+        #expect(accepted.value)
 
         let payload = Host.random(3000, seed: 31)
         let now = monotonicNow()
