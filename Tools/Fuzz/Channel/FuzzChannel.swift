@@ -35,6 +35,10 @@ func socksClient(_ input: [UInt8]) {
     let once = socksStepsWhateverTheCut(body, passwords: passwords)
     let ends = once.filter { if case .needMore = $0 { return false } else { return true } }
     precondition(body.count <= SocksNegotiation.maximumHandshakeBytes || ends.count >= 1, "an endless handshake was not refused")
+    // A refusal's reason goes to the proxy's log as it is (`SocksProxy`: "refused: REASON").
+    for case let .refuse(_, reason) in ends {
+        precondition(reason.unicodeScalars.allSatisfy { (0x20...0x7E).contains($0.value) }, "a refusal's reason reached a log unescaped")
+    }
     guard case let .request(request, _)? = once.last else { return }
     FuzzDepth.count("socks-requests")
     _ = request.host.description
