@@ -118,6 +118,9 @@ struct RunCommand {
                              negotiated addresses and MTU; needs CAP_NET_ADMIN)
       --tcp-no-sack --tcp-no-window-scaling --tcp-no-timestamps
                              do not offer these TCP options
+      --tcp-receive-window BYTES  each connection's receive buffer, the most we advertise
+                             (default 262144); a smaller one makes a terminal that writes in
+                             small pieces queue and send full segments (see README)
       --frame-loss PERCENT   drop this share of frames both ways, seeded (testing only)
       SIGUSR1 prints the stack's counters (or the TUN's packet counts). On a terminal, a
       status line shows the link, its addresses, bridges, connections, bytes and errors.

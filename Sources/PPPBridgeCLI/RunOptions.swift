@@ -9,6 +9,9 @@ import PPP
 /// `serve` configuration file (`mru 1500`), with the same checks and the same messages. Messages
 /// go to `complain` without a prefix; the caller says where the option came from.
 struct RunOptions {
+    /// `--tcp-receive-window`: at least two full segments; at most 1 MiB, which a terminal
+    /// can fill on each of the stack's 256 connections (256 MiB in all).
+    static let receiveWindowRange = 2920...(1 << 20)
     enum Role: String { case host, terminal }
 
     var device: String?
@@ -194,6 +197,13 @@ struct RunOptions {
         case "--tcp-no-sack": tcp.selectiveAcknowledgments = false
         case "--tcp-no-window-scaling": tcp.windowScaling = false
         case "--tcp-no-timestamps": tcp.timestamps = false
+        case "--tcp-receive-window":
+            guard let n = number(a) else { return false }
+            guard RunOptions.receiveWindowRange.contains(n) else {
+                complain("--tcp-receive-window takes \(RunOptions.receiveWindowRange.lowerBound) to \(RunOptions.receiveWindowRange.upperBound) bytes")
+                return false
+            }
+            tcp.receiveBufferSize = n
         case "--frame-loss":
             guard let v = value(a) else { return false }
             guard let p = Double(v), p >= 0, p < 100 else { complain("--frame-loss takes a percentage below 100"); return false }

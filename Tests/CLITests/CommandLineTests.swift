@@ -1,6 +1,6 @@
 import Capture
 import Foundation
-import PPPBridgeCLI
+@testable import PPPBridgeCLI
 import Testing
 
 /// Runs the command line in-process and collects what it prints.
@@ -53,6 +53,24 @@ func sharedTrace(_ name: String) throws -> String {
         let help = Captured()
         #expect(help.run(["run", "--help"]) == 0)
         #expect(help.out.joined().contains("--line-poll-interval US"))
+    }
+
+    @Test func theReceiveWindowIsBoundedAndReachesTheStack() {
+        for (value, message) in [("2919", "--tcp-receive-window takes 2920 to 1048576 bytes"),
+                                 ("1048577", "--tcp-receive-window takes 2920 to 1048576 bytes"),
+                                 ("-5", "--tcp-receive-window takes a non-negative number")] {
+            let c = Captured()
+            #expect(c.run(["run", "--pty", "--tcp-receive-window", value]) == 2, "\(value)")
+            #expect(c.err.count == 1 && c.err[0].contains(message), "\(value): \(c.err)")
+        }
+        var o = RunOptions()
+        var it = ArgumentCursor(["12288"])
+        #expect(o.take("--tcp-receive-window", from: &it) { Issue.record("\($0)") })
+        #expect(o.tcp.receiveBufferSize == 12288)
+        #expect(o.channelConfiguration.tcp.receiveBufferSize == 12288)
+        let help = Captured()
+        #expect(help.run(["run", "--help"]) == 0)
+        #expect(help.out.joined().contains("--tcp-receive-window BYTES"))
     }
 
     @Test func unreadableFilesGiveOneLineAndExitTwo() throws {
