@@ -8,6 +8,23 @@ import Synchronization
 
 /// Host-side helpers for channel tests: plain blocking sockets on loopback, with timeouts.
 public enum Host {
+    /// A listening TCP socket on `address:port` (SO_REUSEADDR; `receiveBuffer` sets SO_RCVBUF,
+    /// which accepted sockets inherit).
+    public static func listener(port: UInt16, address: IPv4Address = IPv4Address(127, 0, 0, 1), receiveBuffer: Int32? = nil) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw SystemError("socket") }
+        var one: Int32 = 1
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, 4)
+        if var size = receiveBuffer { setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, 4) }
+        var a = Host.address(TCPEndpoint(address, port))
+        let r = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard r == 0, listen(fd, 64) == 0 else {
+            close(fd)
+            throw SystemError("bind")
+        }
+        return fd
+    }
+
     public static func address(_ endpoint: TCPEndpoint) -> sockaddr_in {
         var a = sockaddr_in()
         a.sin_family = sa_family_t(AF_INET)
@@ -213,17 +230,7 @@ public final class LoopbackServer: @unchecked Sendable {
     public init(port: UInt16, mode: Mode, address: IPv4Address = IPv4Address(127, 0, 0, 1), receiveBuffer: Int32? = nil) throws {
         self.port = port
         self.mode = mode
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        var one: Int32 = 1
-        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, 4)
-        if var size = receiveBuffer { setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, 4) }
-        var a = Host.address(TCPEndpoint(address, port))
-        let r = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard r == 0, listen(fd, 64) == 0 else {
-            close(fd)
-            throw SystemError("bind")
-        }
-        listener = fd
+        listener = try Host.listener(port: port, address: address, receiveBuffer: receiveBuffer)
         Thread.detachNewThread { [self] in acceptLoop() }
     }
 

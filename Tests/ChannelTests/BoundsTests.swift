@@ -285,12 +285,7 @@ struct BoundsTests {
         let directory = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let hostPort = Host.freePort()
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        var one: Int32 = 1
-        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, 4)
-        var address = Host.address(TCPEndpoint(IPv4Address(127, 0, 0, 1), hostPort))
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        listen(listener, 4)
+        let listener = try Host.listener(port: hostPort)
         defer { close(listener) }
         let accepted = Locked(false)
         let received = Locked<(bytes: [UInt8], clean: Bool)?>(nil)

@@ -159,12 +159,7 @@ struct ChannelTests {
         // The host answers and half-closes at once, then reads the terminal's 2 MiB slowly:
         // both FINs are through long before the bytes are, and none may be lost.
         let port = Host.freePort()
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        var one: Int32 = 1
-        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, 4)
-        var address = Host.address(TCPEndpoint(IPv4Address(127, 0, 0, 1), port))
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        listen(listener, 4)
+        let listener = try Host.listener(port: port)
         defer { close(listener) }
         let received = Locked<[UInt8]?>(nil)
         Thread.detachNewThread {
