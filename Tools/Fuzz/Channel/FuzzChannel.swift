@@ -29,6 +29,9 @@ public func fuzzChannel(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     return 0
 }
 
+/// What `PeerText.escaped` promises of a log line's peer text: printable ASCII only.
+func isPrintable(_ text: String) -> Bool { text.unicodeScalars.allSatisfy { (0x20...0x7E).contains($0.value) } }
+
 func socksClient(_ input: [UInt8]) {
     let body = Array(input.dropFirst())
     let passwords: [String: String]? = input[0] & 2 != 0 ? ["user": "secret"] : nil
@@ -37,7 +40,7 @@ func socksClient(_ input: [UInt8]) {
     precondition(body.count <= SocksNegotiation.maximumHandshakeBytes || ends.count >= 1, "an endless handshake was not refused")
     // A refusal's reason goes to the proxy's log as it is (`SocksProxy`: "refused: REASON").
     for case let .refuse(_, reason) in ends {
-        precondition(reason.unicodeScalars.allSatisfy { (0x20...0x7E).contains($0.value) }, "a refusal's reason reached a log unescaped")
+        precondition(isPrintable(reason), "a refusal's reason reached a log unescaped")
     }
     guard case let .request(request, _)? = once.last else { return }
     FuzzDepth.count("socks-requests")
@@ -70,7 +73,7 @@ func policyDecision(_ request: SocksRequest, bits: UInt8, body: [UInt8]) {
     // What the proxy's log lines show of the destination (`SocksProxy.refuse`, `admit`), and
     // how a destination prints.
     for text in ["\(request.host):\(request.port)", requested.description] {
-        precondition(text.unicodeScalars.allSatisfy { (0x20...0x7E).contains($0.value) }, "a destination's text reached a log unescaped")
+        precondition(isPrintable(text), "a destination's text reached a log unescaped")
     }
     let byAddress = SocksDestination(host: resolved.description, port: request.port)
     let allow: [SocksDestination]?
