@@ -118,6 +118,8 @@ struct RunCommand {
                              negotiated addresses and MTU; needs CAP_NET_ADMIN)
       --tcp-no-sack --tcp-no-window-scaling --tcp-no-timestamps
                              do not offer these TCP options
+      --tcp-no-delayed-ack   acknowledge what each read of the line brings at once, not
+                             after two full segments or 40 ms
       --tcp-receive-window BYTES  each connection's receive buffer, the most we advertise
                              (default 262144); a smaller one makes a terminal that writes in
                              small pieces queue and send full segments (see README)

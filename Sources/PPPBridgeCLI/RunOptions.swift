@@ -197,6 +197,7 @@ struct RunOptions {
         case "--tcp-no-sack": tcp.selectiveAcknowledgments = false
         case "--tcp-no-window-scaling": tcp.windowScaling = false
         case "--tcp-no-timestamps": tcp.timestamps = false
+        case "--tcp-no-delayed-ack": tcp.delayedAck = nil
         case "--tcp-receive-window":
             guard let n = number(a) else { return false }
             guard RunOptions.receiveWindowRange.contains(n) else {

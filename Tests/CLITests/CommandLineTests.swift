@@ -68,9 +68,14 @@ func sharedTrace(_ name: String) throws -> String {
         #expect(o.take("--tcp-receive-window", from: &it) { Issue.record("\($0)") })
         #expect(o.tcp.receiveBufferSize == 12288)
         #expect(o.channelConfiguration.tcp.receiveBufferSize == 12288)
+        #expect(o.channelConfiguration.tcp.delayedAck == .milliseconds(40))
+        var noDelay = ArgumentCursor([])
+        #expect(o.take("--tcp-no-delayed-ack", from: &noDelay) { Issue.record("\($0)") })
+        #expect(o.channelConfiguration.tcp.delayedAck == nil)
         let help = Captured()
         #expect(help.run(["run", "--help"]) == 0)
         #expect(help.out.joined().contains("--tcp-receive-window BYTES"))
+        #expect(help.out.joined().contains("--tcp-no-delayed-ack"))
     }
 
     @Test func unreadableFilesGiveOneLineAndExitTwo() throws {
