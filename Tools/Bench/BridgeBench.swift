@@ -1,6 +1,6 @@
 // bridge: the channel end to end over a pty pair, against the pty itself.
 //
-//   swift run -c release pppbridge-bench bridge [--mib N] [--rounds N]
+//   swift run -c release pppbridge-bench bridge [--mib N] [--rounds N] [--blocks N]
 //
 // On one end of a pty pair runs our stack in the terminal role (discard, echo), on the other
 // the channel (host role) with a host→terminal bridge to each and a terminal→host bridge to a
@@ -8,7 +8,8 @@
 // the terminal's discard), bulk terminal→host (the terminal writes N MiB through the bridge to
 // the host's sink) and the round trip of a 200-byte request through the bridge to the
 // terminal's echo. The reference, in the same run: the same N MiB copied raw through a pty
-// pair each way, and 200 bytes echoed raw through a pty pair.
+// pair each way, and 200 bytes echoed raw through a pty pair and through a raw relay (the
+// round trips are timed in turn with the bridge's: see RoundTripBench.swift).
 //
 // The terminal runs on an event loop thread of its own, so the host side (the channel's loop
 // thread: its stack, relays and syscalls) is measured alone: its CPU time per MB
@@ -27,11 +28,13 @@ struct BridgeOptions {
     /// Timed round trips, after `warmUpRounds` untimed: a few hundred microseconds each, so
     /// 200 of them (the old default) were over in 40 ms and swung with the CPU's clock.
     var rounds = 2000
+    /// How many blocks the timed round trips of each path are taken in, in turn.
+    var blocks = 20
     /// How both ends read a busy line (`--line-poll-interval`, microseconds; 0: on arrival).
     var lineReadModeration = LineReadModeration.Settings.standard
 }
 
-/// Round trips made before the timed ones, through the raw pty and through the bridge alike.
+/// Round trips made before the timed ones, on each path alike.
 let warmUpRounds = 100
 
 /// A pty pair, both ends raw and blocking.
@@ -129,52 +132,6 @@ func rawCopy(_ count: Int, masterToSlave: Bool) -> (rate: Double, writer: Durati
     return (Double(count) / seconds(clock.now - start), writer, .nanoseconds(Int64(readerCPU.value)))
 }
 
-/// Round trips timed one by one, in seconds: their mean (the ratio the bench has always
-/// printed) and their median, which a stall of the whole machine (a neighbour taking the CPU
-/// for a millisecond) moves far less than it moves the mean.
-struct RoundTrips {
-    var mean: Double
-    var median: Double
-    init(_ samples: [Double]) {
-        let sorted = samples.sorted()
-        mean = samples.reduce(0, +) / Double(max(1, samples.count))
-        median = sorted.isEmpty ? 0 : sorted[sorted.count / 2]
-    }
-
-    /// Times `rounds` calls of `body`, each on its own.
-    static func time(_ rounds: Int, _ body: () -> Void) -> RoundTrips {
-        let clock = ContinuousClock()
-        var samples: [Double] = []
-        samples.reserveCapacity(rounds)
-        for _ in 0..<rounds {
-            let start = clock.now
-            body()
-            samples.append(seconds(clock.now - start))
-        }
-        return RoundTrips(samples)
-    }
-}
-
-/// 200-byte round trips echoed raw through a pty pair.
-func rawRoundTrip(_ rounds: Int) -> RoundTrips {
-    let (m, s) = ptyPair()
-    defer { close(m); close(s) }
-    Thread.detachNewThread {
-        var buffer = [UInt8](repeating: 0, count: 200)
-        for _ in 0..<(warmUpRounds + rounds) {
-            readExactly(s, 200, into: &buffer)
-            writeAll(s, buffer)
-        }
-    }
-    let request = [UInt8](repeating: 0x41, count: 200)
-    var reply = [UInt8](repeating: 0, count: 200)
-    for _ in 0..<warmUpRounds { writeAll(m, request); readExactly(m, 200, into: &reply) }
-    return RoundTrips.time(rounds) {
-        writeAll(m, request)
-        readExactly(m, 200, into: &reply)
-    }
-}
-
 func loopbackFreePort() -> UInt16 {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     defer { close(fd) }
@@ -243,9 +200,7 @@ func bridge(_ o: BridgeOptions) async {
     let rawUpCopy = rawCopy(count, masterToSlave: true)
     let rawDownCopy = rawCopy(count, masterToSlave: false)
     let rawUp = rawUpCopy.rate, rawDown = rawDownCopy.rate
-    let rawRTT = rawRoundTrip(o.rounds)
-    print(String(format: "raw pty: copy %.1f MB/s one way, %.1f MB/s the other; 200-byte echo round trip %.1f µs (median %.1f µs)",
-                 rawUp / 1e6, rawDown / 1e6, rawRTT.mean * 1e6, rawRTT.median * 1e6))
+    print(String(format: "raw pty: copy %.1f MB/s one way, %.1f MB/s the other", rawUp / 1e6, rawDown / 1e6))
     print(String(format: "raw pty CPU per MB: writing end %.2f ms, reading end %.2f ms (one way); %.2f ms, %.2f ms (the other)",
                  msPerMB(rawUpCopy.writer, count), msPerMB(rawUpCopy.reader, count), msPerMB(rawDownCopy.writer, count), msPerMB(rawDownCopy.reader, count)))
 
@@ -308,26 +263,25 @@ func bridge(_ o: BridgeOptions) async {
     close(listener)
     guard r.succeeded, received() == count else { fail("terminal→host transfer: \(r.outcome), \(received()) of \(count) bytes") }
 
-    // 200-byte request/response through the bridge to the terminal's echo.
-    let e = loopbackConnect(echoPort)
-    let request = [UInt8](repeating: 0x41, count: 200)
-    var reply = [UInt8](repeating: 0, count: 200)
-    for _ in 0..<warmUpRounds { writeAll(e, request); readExactly(e, 200, into: &reply) }
+    // 200-byte request/response: raw through the pty, through the raw relay, and through the
+    // bridge to the terminal's echo, taken in turn. What each side spends is taken over the
+    // whole run: neither side has anything to do while the raw paths are timed.
+    let paths = [rawEchoPath(), rawRelayPath(), EchoClient(fd: loopbackConnect(echoPort))]
     let terminalCost = { await terminalLoop.perform { ThreadCost.now() } }
     let (hostBefore, terminalBefore) = (await hostCost(), await terminalCost())
-    let oursRTT = RoundTrips.time(o.rounds) {
-        writeAll(e, request)
-        readExactly(e, 200, into: &reply)
-    }
+    let timed = interleavedRoundTrips(paths, rounds: o.rounds, blocks: o.blocks)
     let (hostRound, terminalRound) = (await hostCost() - hostBefore, await terminalCost() - terminalBefore)
-    close(e)
+    for path in paths { close(path.fd) }
+    let (rawRTT, relayRTT, oursRTT) = (timed[0], timed[1], timed[2])
     // How the host side read its line: on arrival, or on the clock (`LineReadModeration`).
     let hostLine = channel.status.lineQueue
     _ = await channel.close()
     await terminal.stop()
 
-    print(String(format: "bridge: host→terminal %.1f MB/s, terminal→host %.1f MB/s; 200-byte round trip %.1f µs (median %.1f µs)",
-                 oursUp / 1e6, oursDown / 1e6, oursRTT.mean * 1e6, oursRTT.median * 1e6))
+    print(String(format: "bridge: host→terminal %.1f MB/s, terminal→host %.1f MB/s", oursUp / 1e6, oursDown / 1e6))
+    print(String(format: "200-byte round trips, %d each in %d blocks taken in turn: raw pty echo %.1f µs (median %.1f µs), raw relay %.1f µs (median %.1f µs), bridge %.1f µs (median %.1f µs)",
+                 o.rounds, o.blocks, rawRTT.mean * 1e6, rawRTT.median * 1e6, relayRTT.mean * 1e6, relayRTT.median * 1e6,
+                 oursRTT.mean * 1e6, oursRTT.median * 1e6))
     let mb = Double(count) / 1e6
     func perSegment(_ c: ThreadCost, _ n: Int) -> Double { Double(c.allocations) / Double(max(1, n)) }
     print(String(format: "host side per MB: host→terminal %.2f ms CPU, %.0f allocations (%.2f per 1460-byte segment); terminal→host %.2f ms CPU, %.0f allocations (%.2f per segment)",
@@ -344,8 +298,9 @@ func bridge(_ o: BridgeOptions) async {
     // CLOCK_MONOTONIC, as `perf record -k CLOCK_MONOTONIC` stamps samples: `perf report --time A,B`
     // then shows one direction alone.
     print(String(format: "phases (CLOCK_MONOTONIC s): host→terminal %.6f,%.6f terminal→host %.6f,%.6f", upPhase.0, upPhase.1, downPhase.0, downPhase.1))
-    print(String(format: "RESULT bridge up_ratio=%.3f down_ratio=%.3f rtt_ratio=%.2f rtt_median_ratio=%.2f up_cpu_ms_per_mb=%.2f down_cpu_ms_per_mb=%.2f raw_cpu_ms_per_mb=%.2f up_allocs_per_segment=%.2f down_allocs_per_segment=%.2f",
+    print(String(format: "RESULT bridge up_ratio=%.3f down_ratio=%.3f rtt_ratio=%.2f rtt_median_ratio=%.2f relay_rtt_median_ratio=%.2f rtt_median_over_relay=%.2f up_cpu_ms_per_mb=%.2f down_cpu_ms_per_mb=%.2f raw_cpu_ms_per_mb=%.2f up_allocs_per_segment=%.2f down_allocs_per_segment=%.2f",
                  oursUp / rawUp, oursDown / rawDown, oursRTT.mean / rawRTT.mean, oursRTT.median / rawRTT.median,
+                 relayRTT.median / rawRTT.median, oursRTT.median / relayRTT.median,
                  msPerMB(upCost.cpu, count), msPerMB(downCost.cpu, count),
                  msPerMB(rawUpCopy.writer, count), perSegment(upCost, upSegments), perSegment(downCost, downSegments)))
 }
@@ -367,6 +322,9 @@ func parseBridge(_ args: ArraySlice<String>) -> BridgeOptions {
         case "--mib", "--rounds":
             guard v > 0 else { fail("\(a) needs a positive number") }
             if a == "--mib" { o.mebibytes = v } else { o.rounds = v }
+        case "--blocks":
+            guard v > 0 else { fail("\(a) needs a positive number") }
+            o.blocks = v
         case "--line-poll-interval": o.lineReadModeration.interval = .microseconds(v)
         default: fail("unknown option \(a)")
         }
