@@ -93,7 +93,11 @@ func rawRelayPath() -> EchoClient {
         setsockopt(c, Int32(IPPROTO_TCP), TCP_NODELAY, &on, 4)
         var fds = [pollfd(fd: c, events: Int16(POLLIN), revents: 0), pollfd(fd: m, events: Int16(POLLIN), revents: 0)]
         var buffer = [UInt8](repeating: 0, count: 4096)
-        while poll(&fds, 2, -1) >= 0 {
+        while true {
+            if poll(&fds, 2, -1) < 0 {
+                if errno == EINTR { continue }
+                return
+            }
             for (i, (from, to)) in [(c, m), (m, c)].enumerated() where fds[i].revents != 0 {
                 let n = buffer.withUnsafeMutableBytes { read(from, $0.baseAddress, $0.count) }
                 if n < 0 && errno == EINTR { continue }
