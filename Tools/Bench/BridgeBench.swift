@@ -28,8 +28,9 @@ struct BridgeOptions {
     /// Timed round trips, after `warmUpRounds` untimed: a few hundred microseconds each, so
     /// 200 of them (the old default) were over in 40 ms and swung with the CPU's clock.
     var rounds = 2000
-    /// How many blocks the timed round trips of each path are taken in, in turn.
-    var blocks = 20
+    /// How many blocks the timed round trips of each path are taken in, in turn (a multiple of
+    /// six balances the order: see `interleavedRoundTrips`).
+    var blocks = 24
     /// How both ends read a busy line (`--line-poll-interval`, microseconds; 0: on arrival).
     var lineReadModeration = LineReadModeration.Settings.standard
 }
@@ -264,9 +265,12 @@ func bridge(_ o: BridgeOptions) async {
     guard r.succeeded, received() == count else { fail("terminal→host transfer: \(r.outcome), \(received()) of \(count) bytes") }
 
     // 200-byte request/response: raw through the pty, through the raw relay, and through the
-    // bridge to the terminal's echo, taken in turn. What each side spends is taken over the
-    // whole run: neither side has anything to do while the raw paths are timed.
+    // bridge to the terminal's echo, taken in turn after the warm-up (which sets the bridge's
+    // connection up end to end). What each side spends is taken over all the timed blocks: the
+    // loops have little to do while the raw paths are timed (a delayed ACK for the last answer
+    // of a block, 40 ms on, when the other paths' blocks take longer than that).
     let paths = [rawEchoPath(), rawRelayPath(), EchoClient(fd: loopbackConnect(echoPort))]
+    warmUp(paths)
     let terminalCost = { await terminalLoop.perform { ThreadCost.now() } }
     let (hostBefore, terminalBefore) = (await hostCost(), await terminalCost())
     let timed = interleavedRoundTrips(paths, rounds: o.rounds, blocks: o.blocks)

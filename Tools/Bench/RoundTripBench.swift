@@ -1,12 +1,16 @@
 // The round trips `bridge` times: a 200-byte request written, the whole reply read, over three
-// paths held open side by side and timed in turn (`interleaved`), so a change in the machine's
-// pace during the run (a neighbour on the host, the CPU's clock) falls on all three alike:
+// paths held open side by side and timed in turn (`interleavedRoundTrips`), so a change in the
+// machine's pace during the run (a neighbour on the host, the CPU's clock) falls on all three
+// alike:
 //
-//   raw echo   the pty pair itself: client on one end, an echo thread on the other.
-//   raw relay  the hops a bridge adds, with no protocol: a loopback TCP connection to a relay
-//              thread that copies it onto a pty pair and the answers back, an echo thread on
-//              the far end. Four threads wake per round trip where the raw echo wakes two, so
-//              this is the floor of any user-space bridge between a host socket and a line.
+//   raw echo   the pty pair itself: client on one end, an echo thread on the other. Two
+//              wakeups per round trip.
+//   raw relay  the hops a bridge adds, with no protocol on them: a loopback TCP connection to a
+//              relay thread (poll, read, write) that copies it onto a pty pair and the answers
+//              back, an echo thread on the far end. Four wakeups per round trip (client, relay
+//              twice, echo), as many as the bridge's (client, host loop twice, terminal loop):
+//              the floor of a relay built as ours is, one thread per side waiting on all its
+//              descriptors.
 //   ours       a bridge through the channel and PPP to our terminal-role stack's echo service.
 import CSystem
 import Foundation
@@ -84,7 +88,7 @@ func rawRelayPath() -> EchoClient {
     let bound = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
     guard bound == 0, listen(listener, 1) == 0 else { fail("relay listener: \(String(cString: strerror(errno)))") }
     Thread.detachNewThread {
-        let c = accept(listener, nil, nil)
+        let c = accept4(listener, nil, nil, Int32(SOCK_CLOEXEC.rawValue))
         close(listener)
         guard c >= 0 else { close(m); return }
         defer { close(c); close(m) }
@@ -108,21 +112,30 @@ func rawRelayPath() -> EchoClient {
     return EchoClient(fd: loopbackConnect(port))
 }
 
-/// Round trips over several paths, `warmUpRounds` untimed on each first, then `rounds` timed
-/// on each in `blocks` blocks taken in turn, the order rotating from block to block.
-func interleavedRoundTrips(_ paths: [EchoClient], rounds: Int, blocks: Int) -> [RoundTrips] {
+/// `warmUpRounds` untimed round trips on each path: connections set up, buffers and caches warm.
+func warmUp(_ paths: [EchoClient]) {
     let request = [UInt8](repeating: 0x41, count: roundTripRequestSize)
     var reply = [UInt8](repeating: 0, count: roundTripRequestSize)
     for path in paths {
         for _ in 0..<warmUpRounds { path.roundTrip(request, &reply) }
     }
+}
+
+/// `rounds` timed round trips on each path, in `blocks` blocks taken in turn. The order turns
+/// by one each block and runs backwards every other three blocks, so over six blocks each path
+/// takes each place twice and follows each other path as often as it precedes it: what one path
+/// leaves behind (a loop thread finishing its turn, a timer) falls on the others alike.
+func interleavedRoundTrips(_ paths: [EchoClient], rounds: Int, blocks: Int) -> [RoundTrips] {
+    let request = [UInt8](repeating: 0x41, count: roundTripRequestSize)
+    var reply = [UInt8](repeating: 0, count: roundTripRequestSize)
     let clock = ContinuousClock()
     var samples = [[Double]](repeating: [], count: paths.count)
     for block in 0..<blocks {
         // Rounds spread evenly over the blocks; the first `rounds % blocks` take one more.
         let count = rounds / blocks + (block < rounds % blocks ? 1 : 0)
+        let backwards = (block / paths.count) % 2 == 1
         for turn in 0..<paths.count {
-            let i = (block + turn) % paths.count
+            let i = ((backwards ? paths.count - 1 - turn : turn) + block) % paths.count
             for _ in 0..<count {
                 let start = clock.now
                 paths[i].roundTrip(request, &reply)

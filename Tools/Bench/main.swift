@@ -185,6 +185,8 @@ case "framing":
     framing(parse(arguments.dropFirst()))
 case "bridge":
     let options = parseBridge(arguments.dropFirst())
+    // A path whose far end is gone fails its client's read (`fail`), not the process on a write.
+    signal(SIGPIPE, SIG_IGN)
     let done = DispatchSemaphore(value: 0)
     Task.detached {
         await bridge(options)
@@ -198,7 +200,7 @@ case nil, "--help", "-h":
       framing   RFC 1662 encode/decode throughput, ours against a C byte-loop baseline (-O2)
       bridge    the channel over a pty pair (our terminal-role stack on the far end): bulk
                 throughput both ways through bridges and a 200-byte round trip, against a
-                raw pty copy and echo
+                raw pty copy, a raw pty echo and a raw relay (socket to pty and back)
     """)
 default:
     fail("unknown benchmark '\(arguments.first!)' (try --help)")
