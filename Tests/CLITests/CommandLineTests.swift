@@ -83,11 +83,11 @@ func sharedTrace(_ name: String) throws -> String {
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let garbage = dir + "/garbage.bin"
-        FileManager.default.createFile(atPath: garbage, contents: Data("hello, not a capture".utf8))
+        #expect(FileManager.default.createFile(atPath: garbage, contents: Data("hello, not a capture".utf8)))
         let truncatedPcap = dir + "/short.pcap"
-        FileManager.default.createFile(atPath: truncatedPcap, contents: Data([0xD4, 0xC3, 0xB2, 0xA1, 0x02, 0x00]))
+        #expect(FileManager.default.createFile(atPath: truncatedPcap, contents: Data([0xD4, 0xC3, 0xB2, 0xA1, 0x02, 0x00])))
         let badRecord = dir + "/bad.pppd"
-        FileManager.default.createFile(atPath: badRecord, contents: Data([0x07, 0, 0, 0, 1, 0x42]))
+        #expect(FileManager.default.createFile(atPath: badRecord, contents: Data([0x07, 0, 0, 0, 1, 0x42])))
         for path in [dir + "/does-not-exist", garbage, truncatedPcap, badRecord, dir] {
             let c = Captured()
             #expect(c.run(["decode", path]) == 2, "\(path)")

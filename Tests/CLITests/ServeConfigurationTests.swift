@@ -104,7 +104,7 @@ import Testing
 @Suite struct JournalStreamTests {
     @Test func prioritiesOnlyOnTheJournalsOwnStream() throws {
         let path = NSTemporaryDirectory() + "pppbridge-journal-\(UUID().uuidString.prefix(8))"
-        FileManager.default.createFile(atPath: path, contents: nil)
+        #expect(FileManager.default.createFile(atPath: path, contents: nil))
         defer { try? FileManager.default.removeItem(atPath: path) }
         let fd = open(path, O_WRONLY)
         defer { close(fd) }
