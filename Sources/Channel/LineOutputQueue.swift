@@ -130,9 +130,15 @@ public struct LineQueueCounters: Sendable, Equatable, CustomStringConvertible {
     /// (`LineReadModeration`).
     public var busyPeriods = 0
     public var clockedReads = 0
+    /// Reads on arrival that brought bytes; and why busy periods ended: a read on the clock
+    /// that brought too little, or more than the band allows, or reading paused.
+    public var arrivalReads = 0
+    public var clockEndedSparse = 0
+    public var clockEndedOverBand = 0
+    public var clockEndedPaused = 0
     public init() {}
 
     public var description: String {
-        "line queue \(queued) B of \(limit) B (peak \(peak) B), dropped \(droppedPackets) packets and \(droppedControlBytes) control bytes, reading paused \(readPauses) times; \(clockedReads) reads on the clock in \(busyPeriods) busy periods"
+        "line queue \(queued) B of \(limit) B (peak \(peak) B), dropped \(droppedPackets) packets and \(droppedControlBytes) control bytes, reading paused \(readPauses) times; \(arrivalReads) reads on arrival, \(clockedReads) on the clock in \(busyPeriods) busy periods (ended: \(clockEndedSparse) sparse, \(clockEndedOverBand) over the band, \(clockEndedPaused) paused)"
     }
 }

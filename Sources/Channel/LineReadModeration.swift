@@ -90,6 +90,14 @@ public struct LineReadModeration: Sendable {
     /// Times the clock took over, and reads made on it.
     public private(set) var busyPeriods = 0
     public private(set) var clockedReads = 0
+    /// Reads made on arrival that brought bytes.
+    public private(set) var arrivalReads = 0
+    /// Why busy periods ended: a read on the clock brought too little (fewer frames than it
+    /// must, or too few bytes), more than the band allows, or the session stopped reading the
+    /// line (a full output queue).
+    public private(set) var endedSparse = 0
+    public private(set) var endedOverBand = 0
+    public private(set) var endedPaused = 0
 
     public init(settings: Settings) {
         var s = settings
@@ -115,6 +123,7 @@ public struct LineReadModeration: Sendable {
 
     /// A read made because bytes arrived brought `bytes` bytes that ended `frames` frames.
     public mutating func readOnArrival(bytes: Int, frames: Int, now: Instant) {
+        if bytes > 0 { arrivalReads &+= 1 }
         guard nextRead == nil, settings.interval > .zero else { return }
         if let until = heldOffUntil {
             guard now >= until else { return }
@@ -179,14 +188,20 @@ public struct LineReadModeration: Sendable {
         // only ACKs come), or more than the band (the line sped up, and the clock holds its
         // sender back). Gave up at its first read: the next hold-off is twice as long.
         let first = !gathered
-        leaveClock(now: now)
+        if bytes > bytesPerIntervalLimit || frames > framesPerIntervalLimit { endedOverBand &+= 1 } else { endedSparse &+= 1 }
+        leave(now: now)
         if first { holdOffFactor = min(holdOffFactor * 2, Settings.maximumHoldOffFactor) }
     }
 
-    /// Back to reading on arrival, for `holdOff` at least: the clock gave up, or the session
-    /// stopped reading the line (its output queue is full).
+    /// Back to reading on arrival, for `holdOff` at least: the session stopped reading the line
+    /// (its output queue is full).
     public mutating func leaveClock(now: Instant) {
         guard nextRead != nil else { return }
+        endedPaused &+= 1
+        leave(now: now)
+    }
+
+    private mutating func leave(now: Instant) {
         nextRead = nil
         windowStart = nil
         heldOffUntil = now + settings.holdOff * holdOffFactor

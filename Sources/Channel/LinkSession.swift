@@ -101,6 +101,10 @@ public final class LinkSession: LoopClient {
         c.limit = lineQueueLimit
         c.busyPeriods = moderation.busyPeriods
         c.clockedReads = moderation.clockedReads
+        c.arrivalReads = moderation.arrivalReads
+        c.clockEndedSparse = moderation.endedSparse
+        c.clockEndedOverBand = moderation.endedOverBand
+        c.clockEndedPaused = moderation.endedPaused
         return c
     }
     /// Called once, on the loop, when the link is down and the session has let go of the loop.

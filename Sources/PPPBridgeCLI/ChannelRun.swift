@@ -217,7 +217,9 @@ final class ChannelRun {
         let q = s.lineQueue
         object["line_queue"] = ["queued": q.queued, "peak": q.peak, "dropped_packets": q.droppedPackets,
                                 "dropped_control_bytes": q.droppedControlBytes, "read_pauses": q.readPauses,
-                                "busy_periods": q.busyPeriods, "clocked_reads": q.clockedReads]
+                                "busy_periods": q.busyPeriods, "clocked_reads": q.clockedReads, "arrival_reads": q.arrivalReads,
+                                "clock_ended_sparse": q.clockEndedSparse, "clock_ended_over_band": q.clockEndedOverBand,
+                                "clock_ended_paused": q.clockEndedPaused]
         object["accept_backoffs"] = s.acceptBackoffs
         object["listen_refusals"] = s.listenRefusals
         if let r = s.lastCloseReason { object["last_close_reason"] = r.description }

@@ -58,6 +58,8 @@ import Wire
         }
         #expect(m.clockedReads == 10)
         #expect(m.busyPeriods == 1)
+        #expect(m.arrivalReads == 8)
+        #expect(m.endedSparse + m.endedOverBand + m.endedPaused == 0)
     }
 
     @Test func aFlowOfACKsStaysOnArrivals() {
@@ -114,6 +116,7 @@ import Wire
         // Four 15-byte ACKs in 2 ms: frames enough, bytes far below the band.
         m.readOnClock(bytes: 60, frames: 4, now: due)
         #expect(!m.onClock)
+        #expect(m.endedSparse == 1 && m.endedOverBand == 0 && m.endedPaused == 0)
     }
 
     @Test func aReadOnTheClockThatGathersOneArrivalsWorthGoesBackAndHoldsOff() throws {
@@ -142,6 +145,7 @@ import Wire
             // a buffer filled to the brim (`.max`) is beyond any.
             m.readOnClock(bytes: bytes, frames: frames, now: due)
             #expect(!m.onClock, "\(bytes) B, \(frames) frames")
+            #expect(m.endedOverBand == 1 && m.endedSparse == 0, "\(bytes) B, \(frames) frames")
         }
     }
 
@@ -151,6 +155,10 @@ import Wire
         let due = try #require(m.nextRead)
         m.leaveClock(now: due)
         #expect(!m.onClock)
+        #expect(m.endedPaused == 1 && m.endedSparse == 0)
+        // Off the clock, leaving it again counts nothing.
+        m.leaveClock(now: due)
+        #expect(m.endedPaused == 1)
         Self.arrivals(&m, size: 1500, every: .microseconds(500), count: 20, from: due - Self.start)
         #expect(!m.onClock, "held off")
     }
