@@ -56,12 +56,7 @@ func ptyPair() -> (master: Int32, slave: Int32) {
 }
 
 func writeAll(_ fd: Int32, _ bytes: [UInt8]) {
-    var offset = 0
-    while offset < bytes.count {
-        let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, min($0.count, 65536)) }
-        if n <= 0 { if errno == EINTR { continue }; fail("write: \(String(cString: strerror(errno)))") }
-        offset += n
-    }
+    guard writeFully(fd, bytes[...]) else { fail("write: \(String(cString: strerror(errno)))") }
 }
 
 func readExactly(_ fd: Int32, _ count: Int, into buffer: inout [UInt8]) {
@@ -162,8 +157,8 @@ func loopbackConnect(_ port: UInt16) -> Int32 {
     return fd
 }
 
-/// A loopback sink: accepts one connection, reads it to the end, closes; returns the count.
-func startSink(_ port: UInt16) -> (listener: Int32, received: () -> Int) {
+/// A listening socket on 127.0.0.1:`port`.
+func loopbackListener(_ port: UInt16) -> Int32 {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
     var one: Int32 = 1
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, 4)
@@ -171,8 +166,14 @@ func startSink(_ port: UInt16) -> (listener: Int32, received: () -> Int) {
     a.sin_family = sa_family_t(AF_INET)
     a.sin_port = port.bigEndian
     a.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-    _ = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-    listen(fd, 4)
+    let bound = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+    guard fd >= 0, bound == 0, listen(fd, 4) == 0 else { fail("listen 127.0.0.1:\(port): \(String(cString: strerror(errno)))") }
+    return fd
+}
+
+/// A loopback sink: accepts one connection, reads it to the end, closes; returns the count.
+func startSink(_ port: UInt16) -> (listener: Int32, received: () -> Int) {
+    let fd = loopbackListener(port)
     let total = BenchLocked(0)
     Thread.detachNewThread {
         let c = accept(fd, nil, nil)

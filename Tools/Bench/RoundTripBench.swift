@@ -52,11 +52,12 @@ func echoUntilClosed(_ fd: Int32) {
     }
 }
 
-/// Writes all of `bytes`; false when the descriptor fails (the other end has gone).
+/// Writes all of `bytes`, at most 64 KiB a call; false when the descriptor fails (the other end
+/// has gone).
 func writeFully(_ fd: Int32, _ bytes: ArraySlice<UInt8>) -> Bool {
     var offset = bytes.startIndex
     while offset < bytes.endIndex {
-        let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+        let n = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, min($0.count, 65536)) }
         if n < 0 && errno == EINTR { continue }
         if n <= 0 { return false }
         offset += n
@@ -78,15 +79,7 @@ func rawRelayPath() -> EchoClient {
     let (m, s) = ptyPair()
     Thread.detachNewThread { echoUntilClosed(s) }
     let port = loopbackFreePort()
-    let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-    var one: Int32 = 1
-    setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, 4)
-    var a = sockaddr_in()
-    a.sin_family = sa_family_t(AF_INET)
-    a.sin_port = port.bigEndian
-    a.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
-    let bound = withUnsafePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-    guard bound == 0, listen(listener, 1) == 0 else { fail("relay listener: \(String(cString: strerror(errno)))") }
+    let listener = loopbackListener(port)
     Thread.detachNewThread {
         let c = accept4(listener, nil, nil, Int32(SOCK_CLOEXEC.rawValue))
         close(listener)
