@@ -89,7 +89,7 @@ let package = Package(
         .testTarget(name: "CaptureTests", dependencies: ["Capture", "Framing", "PPP", "NetStack", "Crypto"]),
         // Host-side helpers (loopback servers and clients) shared by the channel's tests.
         .target(name: "ChannelTestSupport", dependencies: ["Channel", "NetStack", "Crypto"], path: "Tests/ChannelTestSupport"),
-        .testTarget(name: "ChannelTests", dependencies: ["Channel", "NetStack", "PPP", "Crypto", "ChannelTestSupport"]),
+        .testTarget(name: "ChannelTests", dependencies: ["Channel", "CSystem", "NetStack", "PPP", "Crypto", "ChannelTestSupport"]),
         .testTarget(name: "PaymentTests", dependencies: ["Payment", "PaymentKit", "Crypto", "NetStack"]),
         // The payment layer end to end: terminal simulator on a pty, our PPP link and stack, the
         // channel's bridge and SOCKS proxy, the gateway server, the host SDK.

@@ -123,7 +123,7 @@ final class Bridges: StackApplication {
             let address = spec.kind == .hostToTerminal ? IPv4Address(0) : IPv4Address(127, 0, 0, 1)
             do {
                 b.listener = try HostSocket.listen(on: TCPEndpoint(address, spec.port))
-                try loop.register(b.listener, events: EPOLLIN.rawValue) { [unowned self, weak b] _ in
+                try loop.register(b.listener, events: EPOLLIN.rawValue, serving: host.loopClient) { [unowned self, weak b] _ in
                     guard let b else { return }
                     self.acceptHost(b, terminal: TCPEndpoint(peer, spec.port))
                 }

@@ -325,6 +325,7 @@ public final class Channel: @unchecked Sendable {
                 }
                 openWaiters.append { c.resume(returning: $0) }
                 startOnLoop()
+                if let session { loop.wake(session) }
             }
         }
         return try result.get()
@@ -332,7 +333,17 @@ public final class Channel: @unchecked Sendable {
 
     /// Closes the link (LCP Terminate-Request) and returns at once (ICPPP's closeChannel).
     public func requestClose() {
-        loop.sync { closeOnLoop() }
+        changing { closeOnLoop() }
+    }
+
+    /// Runs `body` on the loop, then has the link session serviced: a call from outside its
+    /// turn changed what it has to do (a Terminate to send, a bridge, a keep-alive).
+    private func changing<T>(_ body: () -> T) -> T {
+        loop.sync {
+            let result = body()
+            if let session { loop.wake(session) }
+            return result
+        }
     }
 
     /// Closes the link and returns once it is down.
@@ -346,6 +357,7 @@ public final class Channel: @unchecked Sendable {
                 }
                 closeWaiters.append { c.resume(returning: $0) }
                 closeOnLoop()
+                if let session { loop.wake(session) }
             }
         }
     }
@@ -547,6 +559,7 @@ public final class Channel: @unchecked Sendable {
     /// thread while the channel is open; the stream ends (`onClose`) when the link goes down.
     public func openTerminalStream(port: UInt16) throws(TerminalStreamError) -> TerminalStream {
         guard state == .open, let terminalStreams else { throw .notOpen }
+        defer { if let session { loop.wake(session) } }
         return try terminalStreams.open(port: port, now: loop.now)
     }
 
@@ -564,7 +577,7 @@ public final class Channel: @unchecked Sendable {
     /// Adds a bridge; the same port on both sides. Throws the ICPPP error (its raw value is the
     /// header's return code).
     public func addBridge(_ kind: BridgeKind, port: UInt16) throws(BridgeError) {
-        let r: Result<Void, BridgeError> = loop.sync {
+        let r: Result<Void, BridgeError> = changing {
             guard state == .open, let bridges else { return .failure(.couldNotStart) }
             do throws(BridgeError) { try bridges.add(BridgeSpec(kind, port: port)) } catch { return .failure(error) }
             return .success(())
@@ -575,7 +588,7 @@ public final class Channel: @unchecked Sendable {
     /// Removes a bridge (beyond ICPPP): it takes no new connections; open ones run to their end.
     @discardableResult
     public func removeBridge(_ kind: BridgeKind, port: UInt16) -> Bool {
-        loop.sync { bridges?.remove(BridgeSpec(kind, port: port)) ?? false }
+        changing { bridges?.remove(BridgeSpec(kind, port: port)) ?? false }
     }
 
     public var bridgeStatus: [BridgeStatus] { loop.sync { bridges?.status ?? [] } }
@@ -585,7 +598,7 @@ public final class Channel: @unchecked Sendable {
     /// ICPPP's setKeepAliveDelay:Interval:andCount: for the proxy's outbound host sockets from
     /// now on (connections already open keep theirs).
     public func setKeepAlive(_ settings: KeepAliveSettings?) {
-        loop.sync {
+        changing {
             configuration.keepAlive = settings
             socks?.keepAlive = settings
         }

@@ -99,7 +99,7 @@ final class DNSRelay: StackApplication {
                 continue
             }
             do {
-                try loop.register(fd, events: EPOLLIN.rawValue) { [unowned self] _ in self.answer(fd) }
+                try loop.register(fd, events: EPOLLIN.rawValue, serving: host.loopClient) { [unowned self] _ in self.answer(fd) }
             } catch {
                 Glibc.close(fd)
                 queries.notSent()

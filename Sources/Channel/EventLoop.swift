@@ -21,38 +21,81 @@ private final class SyncBox<T>: @unchecked Sendable {
 /// One epoll loop on one thread: every descriptor of every channel in the process is watched
 /// here, and every protocol core is driven from here, so no locks are needed in the data path.
 /// Calls from other threads are posted to it (`execute`, `sync`).
+///
+/// The loop is fair: a descriptor's handler is called once a turn and does a bounded amount of
+/// work (its budget: one buffer read, a few requests), leaving the rest for the next turn
+/// (epoll is level-triggered, so nothing is lost). Timers and clients' deadlines sit in heaps,
+/// and a client is serviced only when its deadline is due, one of its descriptors had I/O, or
+/// something `wake`s it: a turn costs the same with 1 or 1,000 idle clients. The clock is
+/// injected; a loop on a `VirtualClock` is driven by `advance(by:)`, so the policies built on
+/// the loop (holdoffs, pauses, the line clock) are tested without sleeping.
 public final class EventLoop: @unchecked Sendable {
     public typealias Handler = (_ events: UInt32) -> Void
 
-    /// The process's loop, on a thread of its own, started on first use.
-    public static let shared: EventLoop = {
-        let loop = try! EventLoop()
-        loop.startThread()
-        return loop
-    }()
+    /// The process's loop, on a thread of its own, started on first use. Traps when the
+    /// process can make no epoll instance or thread; `sharedLoop()` says so instead.
+    public static var shared: EventLoop {
+        do { return try sharedLoop() } catch { fatalError("pppbridge: the shared event loop: \(error)") }
+    }
+
+    private static let sharedInstance = Mutex<EventLoop?>(nil)
+
+    /// The process's loop, made and started on first use; a failure (no descriptors left, no
+    /// thread) is thrown, and the next call tries again.
+    public static func sharedLoop() throws(SystemError) -> EventLoop {
+        let made: Result<EventLoop, SystemError> = sharedInstance.withLock { current in
+            if let current { return .success(current) }
+            do throws(SystemError) {
+                let loop = try EventLoop()
+                try loop.startThread()
+                current = loop
+                return .success(loop)
+            } catch {
+                return .failure(error)
+            }
+        }
+        return try made.get()
+    }
 
     private let epoll: Int32
     private let wakeReader: Int32
     private let wakeWriter: Int32
+    public let clock: LoopClock
+    private struct Registration {
+        var handler: Handler
+        var interest: UInt32
+        var client: ObjectIdentifier?
+    }
     // Release builds skip the runtime exclusivity check on the properties in these #if blocks
     // (about 70 instructions an access, several on every turn): plain values and standard
     // collections, changed by assignment, `swap`, their own methods or a system call's buffer
     // argument, never across a call back into this object. Debug builds, so every test, keep it.
     #if DEBUG
-    private var handlers: [Int32: Handler] = [:]
-    private var interests: [Int32: UInt32] = [:]
-    private var clients: [LoopClient] = []
-    private var timers: [(at: Instant, id: Int, body: () -> Void)] = []
+    private var registrations: [Int32: Registration] = [:]
+    private var clients: [ObjectIdentifier: LoopClient] = [:]
+    private var clientDeadlines = DeadlineHeap<ObjectIdentifier>()
+    private var ready: [ObjectIdentifier] = []
+    private var readySet: Set<ObjectIdentifier> = []
+    private var timerDeadlines = DeadlineHeap<Int>()
+    private var timerBodies: [Int: () -> Void] = [:]
+    private var deferred: [() -> Void] = []
     #else
-    @exclusivity(unchecked) private var handlers: [Int32: Handler] = [:]
-    @exclusivity(unchecked) private var interests: [Int32: UInt32] = [:]
-    @exclusivity(unchecked) private var clients: [LoopClient] = []
-    @exclusivity(unchecked) private var timers: [(at: Instant, id: Int, body: () -> Void)] = []
+    @exclusivity(unchecked) private var registrations: [Int32: Registration] = [:]
+    @exclusivity(unchecked) private var clients: [ObjectIdentifier: LoopClient] = [:]
+    @exclusivity(unchecked) private var clientDeadlines = DeadlineHeap<ObjectIdentifier>()
+    @exclusivity(unchecked) private var ready: [ObjectIdentifier] = []
+    @exclusivity(unchecked) private var readySet: Set<ObjectIdentifier> = []
+    @exclusivity(unchecked) private var timerDeadlines = DeadlineHeap<Int>()
+    @exclusivity(unchecked) private var timerBodies: [Int: () -> Void] = [:]
+    @exclusivity(unchecked) private var deferred: [() -> Void] = []
     #endif
     private var nextTimerID = 0
     private let posted = Mutex<[@Sendable () -> Void]>([])
     private let threadID = Mutex<pthread_t?>(nil)
     private var stopRequested = false
+    private var events = [epoll_event](repeating: epoll_event(), count: 64)
+    /// Turns taken (every `epoll_wait`), for tests and the benchmark.
+    public private(set) var turns = 0
     // Unchecked in release builds, as above.
     /// The clock as of the current turn.
     #if DEBUG
@@ -61,7 +104,8 @@ public final class EventLoop: @unchecked Sendable {
     @exclusivity(unchecked) public private(set) var now: Instant
     #endif
 
-    public init() throws(SystemError) {
+    /// A loop on `clock` (the monotonic clock unless a test gives a `VirtualClock`).
+    public init(clock: LoopClock = MonotonicClock()) throws(SystemError) {
         let e = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard e >= 0 else { throw SystemError("epoll_create1") }
         var fds: [Int32] = [0, 0]
@@ -73,7 +117,8 @@ public final class EventLoop: @unchecked Sendable {
         epoll = e
         wakeReader = fds[0]
         wakeWriter = fds[1]
-        now = monotonicNow()
+        self.clock = clock
+        now = clock.now
         var event = epoll_event()
         event.events = EPOLLIN.rawValue
         event.data.fd = wakeReader
@@ -173,72 +218,120 @@ public final class EventLoop: @unchecked Sendable {
 
     /// Watches `fd` for `events` (EPOLLIN, EPOLLOUT; errors and hang-ups always) and calls
     /// `handler` with what happened. The handler may (un)register anything, itself included.
-    public func register(_ fd: Int32, events: UInt32, handler: @escaping Handler) throws(SystemError) {
+    /// `client`, when given, is the client whose state the handler feeds: it is serviced in the
+    /// same turn as the handler runs. The handler must do a bounded amount of work per call
+    /// (a buffer, a few requests): the loop calls it again next turn while `fd` stays ready.
+    public func register(_ fd: Int32, events: UInt32, serving client: LoopClient? = nil, handler: @escaping Handler) throws(SystemError) {
         var e = epoll_event()
         e.events = events
         e.data.fd = fd
         guard epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &e) == 0 else { throw SystemError("epoll_ctl add") }
-        handlers[fd] = handler
-        interests[fd] = events
+        registrations[fd] = Registration(handler: handler, interest: events, client: client.map(ObjectIdentifier.init))
     }
 
     /// Changes what `fd` is watched for; nothing happens when it is already that.
     public func setInterest(_ fd: Int32, _ events: UInt32) {
-        guard let current = interests[fd], current != events else { return }
+        guard let current = registrations[fd]?.interest, current != events else { return }
         var e = epoll_event()
         e.events = events
         e.data.fd = fd
-        if epoll_ctl(epoll, EPOLL_CTL_MOD, fd, &e) == 0 { interests[fd] = events }
+        if epoll_ctl(epoll, EPOLL_CTL_MOD, fd, &e) == 0 { registrations[fd]?.interest = events }
     }
 
     /// Stops watching `fd` (before it is closed, so a reused number is never confused with it).
     public func unregister(_ fd: Int32) {
-        guard handlers.removeValue(forKey: fd) != nil else { return }
-        interests[fd] = nil
+        guard registrations.removeValue(forKey: fd) != nil else { return }
         _ = epoll_ctl(epoll, EPOLL_CTL_DEL, fd, nil)
     }
 
-    public var registeredDescriptors: Int { handlers.count }
+    public var registeredDescriptors: Int { registrations.count }
 
     // MARK: Clients and timers (loop thread only)
 
+    /// Serves `client` from now on: at once (this turn or the next), then whenever its
+    /// `pollAt` is due, one of its descriptors had I/O, or it is woken.
     public func add(_ client: LoopClient) {
-        guard !clients.contains(where: { $0 === client }) else { return }
-        clients.append(client)
+        let key = ObjectIdentifier(client)
+        guard clients[key] == nil else { return }
+        clients[key] = client
+        markReady(key)
     }
 
     public func remove(_ client: LoopClient) {
-        clients.removeAll { $0 === client }
+        let key = ObjectIdentifier(client)
+        guard clients.removeValue(forKey: key) != nil else { return }
+        clientDeadlines.remove(key)
     }
+
+    /// Services `client` on this turn or the next: its state changed other than through its
+    /// own descriptors (a call from its owner, a timer of another object), so its `pollAt` may
+    /// have moved.
+    ///
+    /// A client woken while it is being serviced is not serviced again for it: its `pollAt`,
+    /// read right after, says whether it has more to do.
+    public func wake(_ client: LoopClient) {
+        let key = ObjectIdentifier(client)
+        guard key != servicing, clients[key] != nil else { return }
+        markReady(key)
+    }
+
+    /// The client whose `service` is running.
+    private var servicing: ObjectIdentifier?
+
+    private func markReady(_ key: ObjectIdentifier) {
+        if readySet.insert(key).inserted { ready.append(key) }
+    }
+
+    public var clientCount: Int { clients.count }
+    public var timerCount: Int { timerBodies.count }
 
     /// Runs `body` once at `at` (or the first turn after). Returns an id for `cancelTimer`.
     @discardableResult
     public func schedule(at: Instant, _ body: @escaping () -> Void) -> Int {
         nextTimerID += 1
-        timers.append((at, nextTimerID, body))
+        timerBodies[nextTimerID] = body
+        timerDeadlines.set(nextTimerID, at: at)
         return nextTimerID
     }
 
-    public func cancelTimer(_ id: Int) { timers.removeAll { $0.id == id } }
+    public func cancelTimer(_ id: Int) {
+        guard timerBodies.removeValue(forKey: id) != nil else { return }
+        timerDeadlines.remove(id)
+    }
+
+    /// Runs `body` on the next turn, after that turn's I/O: for a handler that used up its
+    /// budget with work still waiting that no descriptor will announce (lines already read).
+    public func nextTurn(_ body: @escaping () -> Void) {
+        deferred.append(body)
+    }
 
     // MARK: Running
 
     /// Starts a thread that runs the loop for the life of the process.
-    public func startThread() {
+    public func startThread() throws(SystemError) {
         let thread = Thread(self)
         var attributes = pthread_attr_t()
         pthread_attr_init(&attributes)
+        defer { pthread_attr_destroy(&attributes) }
         pthread_attr_setdetachstate(&attributes, Int32(PTHREAD_CREATE_DETACHED))
         var t = pthread_t()
-        let box = Unmanaged.passRetained(thread).toOpaque()
-        pthread_create(&t, &attributes, { raw in
-            let thread = Unmanaged<EventLoop.Thread>.fromOpaque(raw!).takeRetainedValue()
-            thread.loop.run { false }
-            return nil
-        }, box)
-        pthread_attr_destroy(&attributes)
-        // The loop belongs to that thread from now on, even before it enters `run`.
-        threadID.withLock { $0 = t }
+        let box = Unmanaged.passRetained(thread)
+        // The loop belongs to that thread from the moment it exists, even before it enters `run`:
+        // set under the lock the thread's `run` takes, so the two cannot cross.
+        let result: Int32 = threadID.withLock { id in
+            let r = pthread_create(&t, &attributes, { raw in
+                guard let raw else { return nil }
+                let thread = Unmanaged<EventLoop.Thread>.fromOpaque(raw).takeRetainedValue()
+                thread.loop.run { false }
+                return nil
+            }, box.toOpaque())
+            if r == 0 { id = t }
+            return r
+        }
+        guard result == 0 else {
+            box.release()
+            throw SystemError("pthread_create", errno: result)
+        }
     }
 
     private final class Thread {
@@ -256,39 +349,95 @@ public final class EventLoop: @unchecked Sendable {
             runPosted()
         }
         stopRequested = false
-        var events = [epoll_event](repeating: epoll_event(), count: 64)
-        now = monotonicNow()
+        now = clock.now
         runPosted()
         while !stopRequested && !done() {
-            var deadline: Instant?
-            for c in clients { deadline = earliest(deadline, c.pollAt) }
-            for t in timers { deadline = earliest(deadline, t.at) }
-            var timeout: Int32 = -1
-            if let d = deadline {
-                // Saturating: a deadline at either end of time (a peer's huge delay) waits the
-                // longest epoll can, or not at all, instead of trapping.
-                let remaining = (d - monotonicNow()).nanoseconds
-                let ms = remaining > .max - 999_999 ? .max / 1_000_000 : (remaining + 999_999) / 1_000_000
-                timeout = Int32(clamping: max(0, ms))
+            turn(timeout: timeout(until: nextDeadline))
+        }
+    }
+
+    /// A virtual loop's way forward: moves its clock by `duration`, taking every turn that
+    /// falls due on the way, each at its deadline's instant (descriptors are polled without
+    /// waiting). Runs on the calling thread, which owns the loop meanwhile. At most
+    /// `turnLimit` turns at one instant: a client whose deadline never moves cannot hold a test
+    /// forever.
+    public func advance(by duration: Duration, turnLimit: Int = 100_000) {
+        guard let virtual = clock as? VirtualClock else { return }
+        threadID.withLock { $0 = pthread_self() }
+        defer { threadID.withLock { $0 = nil } }
+        let end = virtual.now + duration
+        var turnsAtThisInstant = 0
+        while true {
+            let before = virtual.now
+            turn(timeout: 0)
+            guard let next = nextDeadline, next <= end else { break }
+            if next > virtual.now { virtual.set(next) }
+            turnsAtThisInstant = virtual.now == before ? turnsAtThisInstant + 1 : 0
+            if turnsAtThisInstant >= turnLimit { break }
+        }
+        virtual.set(end)
+        turn(timeout: 0)
+    }
+
+    /// When the next turn is due without I/O: now when clients are waiting to be serviced or
+    /// work was put off to the next turn, else the earliest timer or client deadline.
+    private var nextDeadline: Instant? {
+        if !ready.isEmpty || !deferred.isEmpty { return now }
+        return earliest(timerDeadlines.earliest, clientDeadlines.earliest)
+    }
+
+    private func timeout(until deadline: Instant?) -> Int32 {
+        guard let d = deadline else { return -1 }
+        // Saturating: a deadline at either end of time (a peer's huge delay) waits the
+        // longest epoll can, or not at all, instead of trapping.
+        let remaining = (d - clock.now).nanoseconds
+        let ms = remaining > .max - 999_999 ? .max / 1_000_000 : (remaining + 999_999) / 1_000_000
+        return Int32(clamping: max(0, ms))
+    }
+
+    /// One turn: wait for I/O (at most `timeout` ms), call each ready descriptor's handler once,
+    /// run what was posted or put off, the timers that are due, then service the clients that
+    /// are due or had I/O, and take their new deadlines.
+    private func turn(timeout: Int32) {
+        turns &+= 1
+        let n = events.withUnsafeMutableBufferPointer { epoll_wait(epoll, $0.baseAddress, Int32($0.count), timeout) }
+        now = clock.now
+        for i in 0..<max(0, Int(n)) {
+            let fd = events[i].data.fd
+            if fd == wakeReader {
+                var sink = [UInt8](repeating: 0, count: 256)
+                while Glibc.read(wakeReader, &sink, sink.count) > 0 {}
+                continue
             }
-            let n = events.withUnsafeMutableBufferPointer { epoll_wait(epoll, $0.baseAddress, Int32($0.count), timeout) }
-            now = monotonicNow()
-            for i in 0..<max(0, Int(n)) {
-                let fd = events[i].data.fd
-                if fd == wakeReader {
-                    var sink = [UInt8](repeating: 0, count: 256)
-                    while Glibc.read(wakeReader, &sink, sink.count) > 0 {}
-                    continue
-                }
-                handlers[fd]?(events[i].events)
+            guard let registration = registrations[fd] else { continue }
+            if let client = registration.client { markReady(client) }
+            registration.handler(events[i].events)
+        }
+        runPosted()
+        if !deferred.isEmpty {
+            var work: [() -> Void] = []
+            swap(&work, &deferred)
+            for w in work { w() }
+        }
+        if let first = timerDeadlines.earliest, first <= now {
+            // Only the timers due now: one scheduled at `now` by a timer's body waits a turn.
+            var due: [Int] = []
+            while let id = timerDeadlines.popDue(now: now) { due.append(id) }
+            for id in due {
+                if let body = timerBodies.removeValue(forKey: id) { body() }
             }
-            runPosted()
-            if !timers.isEmpty {
-                let due = timers.filter { $0.at <= now }
-                timers.removeAll { $0.at <= now }
-                for t in due { t.body() }
-            }
-            for c in clients where clients.contains(where: { $0 === c }) { c.service(now: now) }
+        }
+        while let key = clientDeadlines.popDue(now: now) { markReady(key) }
+        guard !ready.isEmpty else { return }
+        var batch: [ObjectIdentifier] = []
+        swap(&batch, &ready)
+        readySet.removeAll(keepingCapacity: true)
+        for key in batch {
+            guard let client = clients[key] else { continue }
+            servicing = key
+            client.service(now: now)
+            servicing = nil
+            if clients[key] != nil { clientDeadlines.set(key, at: client.pollAt) }
         }
     }
 
@@ -308,4 +457,24 @@ public final class EventLoop: @unchecked Sendable {
             for w in work { w() }
         }
     }
+}
+
+/// Where a loop reads the time.
+public protocol LoopClock: AnyObject, Sendable {
+    var now: Instant { get }
+}
+
+/// The monotonic clock (CLOCK_MONOTONIC): what every loop outside tests runs on.
+public final class MonotonicClock: LoopClock {
+    public init() {}
+    public var now: Instant { monotonicNow() }
+}
+
+/// Time that moves only when told (`EventLoop.advance(by:)`): a test's loop.
+public final class VirtualClock: LoopClock {
+    private let instant: Mutex<Instant>
+    public init(_ start: Instant = .seconds(1_000)) { instant = Mutex(start) }
+    public var now: Instant { instant.withLock { $0 } }
+    /// Moves the clock to `to`; never backwards.
+    public func set(_ to: Instant) { instant.withLock { $0 = max($0, to) } }
 }

@@ -190,12 +190,16 @@ public final class LinkSession: LoopClient {
     /// Starts the link on `loop` (on the loop's thread).
     public func start(on loop: EventLoop) throws(SystemError) {
         self.loop = loop
-        try loop.register(line.descriptor, events: EPOLLIN.rawValue) { [unowned self] events in
+        if let stack = attachment as? StackAttachment {
+            stack.loopClient = self
+            stack.loop = loop
+        }
+        try loop.register(line.descriptor, events: EPOLLIN.rawValue, serving: self) { [unowned self] events in
             self.lineEvent(events)
         }
         do {
             for fd in attachment?.descriptors ?? [] {
-                try loop.register(fd, events: EPOLLIN.rawValue) { [unowned self] _ in
+                try loop.register(fd, events: EPOLLIN.rawValue, serving: self) { [unowned self] _ in
                     guard let a = self.attachment, self.downReason == nil else { return }
                     let now = loop.now
                     do {

@@ -327,7 +327,7 @@ final class RelayTable {
         // Unowned, not weak: the handler is unregistered before the relay leaves the table
         // (`remove`, `setInterest`), so it never runs without one; and a weak reference would
         // give the relay a side table, making every retain and release of it the slow kind.
-        try loop.register(r.fd, events: r.interest) { [unowned self, unowned r] events in
+        try loop.register(r.fd, events: r.interest, serving: host?.loopClient) { [unowned self, unowned r] events in
             let relay = r
             self.hostEvent(relay, events)
         }

@@ -75,6 +75,16 @@ public final class StackAttachment: NetworkAttachment {
     @exclusivity(unchecked) public private(set) var stackIsUp = false
     #endif
     public private(set) var result: IPCPResult?
+    /// The loop client that drives this stack (its link session): the applications' host
+    /// descriptors are registered as serving it, so it is serviced when they have I/O.
+    public weak var loopClient: LoopClient?
+    weak var loop: EventLoop?
+
+    /// Has the link session serviced: something outside its own turn (a program's stream, a
+    /// name lookup's answer) gave the stack work, which the session's drain sends.
+    func wakeSession() {
+        if let loop, let client = loopClient { loop.wake(client) }
+    }
     public let tcp: TCPConfiguration
     /// Connections the stack holds at once, half-open ones included (nil: the stack's default).
     public var maximumConnections: Int?
@@ -310,7 +320,10 @@ public final class StackAttachment: NetworkAttachment {
     func serve(now: Instant) {
         guard stackIsUp, !serving else { return }
         serving = true
-        defer { serving = false }
+        defer {
+            serving = false
+            wakeSession()
+        }
         for _ in 0..<8 {
             // The buffer is taken out while it is read and put back emptied: one array for
             // every batch (`IPStack.takeEvents(into:)`).

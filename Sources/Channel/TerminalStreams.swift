@@ -145,6 +145,7 @@ final class TerminalStreams: StackApplication {
 
     fileprivate func pump(_ s: TerminalStream) {
         guard let host, let id = s.id, streams[id] != nil, s.established, host.stackIsUp else { return }
+        defer { host.wakeSession() }
         let now = loop.now
         if s.outgoingStart < s.outgoing.count {
             let n = host.write(id, Array(s.outgoing[s.outgoingStart...]), now: now)

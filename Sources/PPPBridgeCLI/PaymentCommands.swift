@@ -138,7 +138,7 @@ final class ReaderSession: PaymentReaderDelegate, @unchecked Sendable {
 
     init(options: ReaderOptions, say: @escaping (String) -> Void) throws {
         let loop = try EventLoop()
-        loop.startThread()
+        try loop.startThread()
         reader = PaymentReader(loop: loop)
         self.options = options
         self.say = say

@@ -43,8 +43,8 @@ enum PaymentDemo {
         let capture = pcap.map { p in p.hasSuffix(".pcap") ? String(p.dropLast(5)) + "-payment.pcap" : p + "-payment" } ?? directory + "/payment.pcap"
         do {
             let hostLoop = try EventLoop(), deviceLoop = try EventLoop()
-            hostLoop.startThread()
-            deviceLoop.startThread()
+            try hostLoop.startThread()
+            try deviceLoop.startThread()
             let gateway = GatewayServer(configuration: .testKeys, loop: deviceLoop)
             try gateway.start()
             defer { gateway.stop() }

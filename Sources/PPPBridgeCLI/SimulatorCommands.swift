@@ -10,11 +10,13 @@ import PaymentKit
 private func serveUntilSignalled(_ name: String, error: @escaping (String) -> Void, _ start: (EventLoop) throws -> Void,
                                  tick: (() -> Void)? = nil, stop: @escaping @Sendable () async -> Void) -> Int32 {
     let loop: EventLoop
-    do { loop = try EventLoop() } catch let e {
+    do {
+        loop = try EventLoop()
+        try loop.startThread()
+    } catch let e {
         error("pppbridge \(name): \(e)")
         return 1
     }
-    loop.startThread()
     let done = DispatchSemaphore(value: 0)
     let watcher: SignalWatcher
     do {

@@ -255,7 +255,7 @@ import Wire
         cfmakeraw(&t)
         tcsetattr(peer, TCSANOW, &t)
         let loop = try EventLoop()
-        loop.startThread()
+        try loop.startThread()
         defer { loop.stop() }
         let session = LinkSession(line: line, link: PPPLink(configuration: .terminal(), random: SplitMix64(seed: 1)), frameLoss: frameLoss) { _ in }
         session.readModeration = moderated ? .standard : .off

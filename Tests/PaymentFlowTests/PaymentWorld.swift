@@ -45,9 +45,9 @@ final class PaymentWorld: @unchecked Sendable {
         pcapPath = directory + "/session.pcap"
         signingKey = try SecureBytes.random(32)
         loop = try EventLoop()
-        loop.startThread()
+        try loop.startThread()
         terminalLoop = try EventLoop()
-        terminalLoop.startThread()
+        try terminalLoop.startThread()
         reader = PaymentReader(loop: loop)
         var gatewayConfig = GatewayCore.Configuration.testKeys
         if let update {

@@ -212,7 +212,7 @@ func bridge(_ o: BridgeOptions) async {
     do {
         // The terminal on a loop thread of its own: the host side's thread is then measured alone.
         terminalLoop = try EventLoop()
-        terminalLoop.startThread()
+        try terminalLoop.startThread()
         terminal = try SimulatedTerminal(line: .pty(linkedAt: nil), services: [(.discard, discardPort), (.echo, echoPort)], loop: terminalLoop)
         terminal.readModeration = o.lineReadModeration
         try terminal.start()
