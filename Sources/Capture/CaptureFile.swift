@@ -23,10 +23,38 @@ public final class CaptureFile {
     public var onStop: ((String) -> Void)?
     private var descriptor: Int32
 
-    /// Creates (or truncates) `path` for writing.
-    public init(path: String, limit: Int = CaptureFile.defaultLimit) throws(CaptureError) {
-        // Not truncated at open: an existing file is checked first.
-        let fd = retryingOnInterrupt { open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600) }
+    /// What an existing file at the path must already hold to be replaced: a capture is
+    /// written over only a capture of the same kind, so a path given by mistake (or by a
+    /// configuration file) never truncates anything else.
+    public enum Replaces: Sendable {
+        /// A pcap or pcapng file (or an empty one).
+        case pcap
+        /// A pppd record file: its first byte a record type (RFC-less; pppd's 1–7), or empty.
+        case pppdRecord
+        /// Any regular file of ours (a status file's own temporary name).
+        case anyOfOurs
+
+        func recognizes(_ head: [UInt8]) -> Bool {
+            if head.isEmpty { return true }
+            switch self {
+            case .pcap: return PcapReader.looksLikePcap(head)
+            case .pppdRecord: return (1...7).contains(head[0])
+            case .anyOfOurs: return true
+            }
+        }
+    }
+
+    /// Creates `path` for writing, or replaces it (truncated) when it already holds what
+    /// `replaces` says, belongs to us, has no other name and is 0600.
+    public init(path: String, limit: Int = CaptureFile.defaultLimit, replaces: Replaces) throws(CaptureError) {
+        // Created only if new (O_EXCL); an existing file is opened without O_CREAT and checked
+        // before anything is written to it.
+        var fd = retryingOnInterrupt { open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
+        var created = fd >= 0
+        if fd < 0 && errno == EEXIST {
+            fd = retryingOnInterrupt { open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC) }
+            created = false
+        }
         guard fd >= 0 else {
             let e = errno
             if e == ELOOP { throw CaptureError("\(path) is a symbolic link, which is not written through") }
@@ -43,12 +71,20 @@ public final class CaptureFile {
             _ = Glibc.close(fd)
             throw CaptureError("\(path): \(String(cString: strerror(e)))")
         }
-        if st.st_mode & S_IFMT == S_IFREG {
+        if st.st_mode & S_IFMT == S_IFREG && !created {
             guard st.st_uid == geteuid(), st.st_nlink == 1 else {
                 _ = Glibc.close(fd)
                 throw CaptureError("\(path) belongs to another user or has other names (hard links); not written")
             }
-            guard ftruncate(fd, 0) == 0, st.st_mode & 0o077 == 0 || fchmod(fd, 0o600) == 0 else {
+            guard st.st_mode & 0o077 == 0 else {
+                _ = Glibc.close(fd)
+                throw CaptureError("\(path) exists and is readable or writable by others (mode \(String(st.st_mode & 0o777, radix: 8))); not replaced")
+            }
+            guard let head = CaptureFile.head(of: path, sameAs: st), replaces.recognizes(head) else {
+                _ = Glibc.close(fd)
+                throw CaptureError("\(path) exists and is not a capture of this kind; not replaced (remove it, or name another file)")
+            }
+            guard ftruncate(fd, 0) == 0 else {
                 let e = errno
                 _ = Glibc.close(fd)
                 throw CaptureError("\(path): \(String(cString: strerror(e)))")
@@ -57,6 +93,19 @@ public final class CaptureFile {
         self.path = path
         self.limit = max(0, limit)
         descriptor = fd
+    }
+
+    /// The first bytes of the regular file at `path`, if it is still the file `expected`
+    /// describes (opened again for reading: the capture's own descriptor is write-only).
+    private static func head(of path: String, sameAs expected: stat) -> [UInt8]? {
+        let fd = retryingOnInterrupt { open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) }
+        guard fd >= 0 else { return nil }
+        defer { _ = Glibc.close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_dev == expected.st_dev, st.st_ino == expected.st_ino else { return nil }
+        var head = [UInt8](repeating: 0, count: 8)
+        let n = head.withUnsafeMutableBytes { b in retryingOnInterrupt { pread(fd, b.baseAddress, b.count, 0) } }
+        return n >= 0 ? Array(head[..<n]) : nil
     }
 
     public var isWriting: Bool { stopReason == nil && descriptor >= 0 }

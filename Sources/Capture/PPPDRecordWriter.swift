@@ -22,7 +22,7 @@ public final class PPPDRecordWriter {
     ///   - onStop: told once if writing stops early (an error, or `limit` bytes reached).
     public init(path: String, startTime: Int64, masking: SecretMasker? = SecretMasker(),
                 limit: Int = CaptureFile.defaultLimit, onStop: ((String) -> Void)? = nil) throws(CaptureError) {
-        file = try CaptureFile(path: path, limit: limit)
+        file = try CaptureFile(path: path, limit: limit, replaces: .pppdRecord)
         file.onStop = onStop
         masker = masking
         let t = UInt32(truncatingIfNeeded: startTime)

@@ -97,7 +97,7 @@ public final class PcapWriter {
         }
         self.linkType = linkType
         masker = masking
-        file = try CaptureFile(path: path, limit: limit)
+        file = try CaptureFile(path: path, limit: limit, replaces: .pcap)
         file.onStop = onStop
         // The global header, little-endian: magic, version 2.4, zone 0, sigfigs 0, snaplen, link type.
         var header: [UInt8] = [0xD4, 0xC3, 0xB2, 0xA1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0]

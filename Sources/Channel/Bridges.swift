@@ -57,9 +57,12 @@ public struct BridgeStatus: Sendable, Equatable {
     public var traffic: TrafficCounters
 }
 
+/// Bridges a channel holds at most (ICPPP.h: 12 in all).
+public let maximumBridges = 12
+
 /// The channel's bridges, as an application on our stack with listeners on the host.
 final class Bridges: StackApplication {
-    static let maximum = 12
+    static let maximum = maximumBridges
 
     private final class Bridge {
         let spec: BridgeSpec
@@ -84,10 +87,10 @@ final class Bridges: StackApplication {
     /// A connection of a bridge opened (true) or ended (false).
     var onConnection: (BridgeSpec, Bool) -> Void = { _, _ in }
 
-    init(loop: EventLoop, connectionLimit: Int = 64) {
+    init(loop: EventLoop, connectionLimit: Int = 64, share: DescriptorShare? = nil) {
         self.loop = loop
         self.connectionLimit = connectionLimit
-        relays = RelayTable(loop: loop)
+        relays = RelayTable(loop: loop, share: share)
     }
 
     var specs: [BridgeSpec] { bridges.map(\.spec) }
@@ -163,7 +166,10 @@ final class Bridges: StackApplication {
     /// A host client: open the same port on the terminal through our stack.
     private func acceptHost(_ b: Bridge, terminal: TCPEndpoint) {
         let now = loop.now
-        accepting: while b.listener >= 0 {
+        // A budget per turn, as every handler has (the rest wait in the backlog).
+        var accepted = 0
+        accepting: while b.listener >= 0 && accepted < StreamListener.acceptBudget {
+            accepted += 1
             switch HostSocket.accept(b.listener) {
             case .none:
                 break accepting
@@ -179,9 +185,17 @@ final class Bridges: StackApplication {
                     HostSocket.closeWithReset(fd)
                     continue
                 }
+                // This terminal's part of the process's descriptors is used up: the client is
+                // reset, and the other terminals' lines and the control socket keep theirs.
+                guard relays.acquireDescriptor() else {
+                    b.counters.value.refused += 1
+                    HostSocket.closeWithReset(fd)
+                    continue
+                }
                 guard let host else {
                     b.counters.value.failures += 1
                     relays.lastFailure = "the link is not up"
+                    relays.releaseDescriptor()
                     HostSocket.closeWithReset(fd)
                     continue
                 }
@@ -191,6 +205,7 @@ final class Bridges: StackApplication {
                 } catch {
                     b.counters.value.failures += 1
                     relays.lastFailure = "our stack did not connect: \(error)"
+                    relays.releaseDescriptor()
                     HostSocket.closeWithReset(fd)
                     continue
                 }
@@ -217,10 +232,16 @@ final class Bridges: StackApplication {
     func acceptable(port: UInt16, now: Instant) {
         guard let host, let b = bridges.first(where: { $0.spec.kind == .terminalToHost && $0.spec.port == port }) else { return }
         while let id = host.accept(port: port, for: self) {
+            guard relays.acquireDescriptor() else {
+                b.counters.value.refused += 1
+                host.stack?.abort(id, now: now)
+                continue
+            }
             do {
                 let fd = try HostSocket.connect(to: TCPEndpoint(IPv4Address(127, 0, 0, 1), port))
                 relays.add(Relay(id: id, fd: fd, counters: b.counters, hostConnected: false, stackEstablished: true))
             } catch {
+                relays.releaseDescriptor()
                 b.counters.value.failures += 1
                 relays.lastFailure = "host \(error)"
                 host.stack?.abort(id, now: now)

@@ -44,6 +44,10 @@ public struct ChannelConfiguration: Sendable {
     public var lineReadModeration = LineReadModeration.Settings.standard
     /// Connections one bridge carries at once; more are refused (counted in `refused`).
     public var bridgeConnectionLimit = 64
+    /// Where the host connections and DNS relay sockets this channel's peers make us open are
+    /// drawn from (`serve` gives each terminal a share of the process's descriptors); nil:
+    /// limited only by the per-bridge, proxy and relay caps.
+    public var descriptorShare: DescriptorShare?
     /// Connections our stack holds at once, half-open ones included; SYNs beyond it are dropped.
     public var stackConnectionLimit = 256
     /// A connection of the bridges, the proxy or the services whose data the terminal has not
@@ -434,7 +438,7 @@ public final class Channel: @unchecked Sendable {
         attachment.maximumConnections = configuration.stackConnectionLimit
         attachment.connectionUserTimeout = configuration.connectionUserTimeout
         if let ping = configuration.ping { attachment.ping(ping.target, count: ping.count) }
-        let bridges = Bridges(loop: loop, connectionLimit: configuration.bridgeConnectionLimit)
+        let bridges = Bridges(loop: loop, connectionLimit: configuration.bridgeConnectionLimit, share: configuration.descriptorShare)
         bridges.log = { [weak self] in self?.log($0) }
         bridges.onConnection = { [weak self] spec, opened in self?.emit(.connection(.bridge(spec), opened: opened)) }
         attachment.add(bridges)
@@ -442,7 +446,7 @@ public final class Channel: @unchecked Sendable {
         attachment.add(streams)
         terminalStreams = streams
         if let s = configuration.socks {
-            let proxy = SocksProxy(configuration: s, loop: loop)
+            let proxy = SocksProxy(configuration: s, loop: loop, share: configuration.descriptorShare)
             proxy.keepAlive = configuration.keepAlive
             proxy.log = { [weak self] in self?.log($0) }
             proxy.counters.onChange = { [weak self] opened in self?.emit(.connection(.proxy, opened: opened)) }
@@ -453,6 +457,7 @@ public final class Channel: @unchecked Sendable {
         }
         if let upstream = relayUpstream {
             let relay = DNSRelay(upstream: upstream, loop: loop)
+            relay.share = configuration.descriptorShare
             relay.log = { [weak self] in self?.log($0) }
             attachment.add(relay)
         }

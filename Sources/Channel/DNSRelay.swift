@@ -94,14 +94,14 @@ final class DNSRelay: StackApplication {
             }
             let sent = query.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             guard sent == query.count else {
-                Glibc.close(fd)
+                closeSocket(fd)
                 queries.notSent()
                 continue
             }
             do {
                 try loop.register(fd, events: EPOLLIN.rawValue, serving: host.loopClient) { [unowned self] _ in self.answer(fd) }
             } catch {
-                Glibc.close(fd)
+                closeSocket(fd)
                 queries.notSent()
                 continue
             }
@@ -111,23 +111,33 @@ final class DNSRelay: StackApplication {
 
     /// A UDP socket from a random source port (tried again on a port in use), connected to the
     /// upstream so the kernel passes on only its datagrams.
+    /// The terminal's part of the process's descriptors: each query in flight holds a socket.
+    var share: DescriptorShare?
+
     private func openSocket() -> Int32? {
+        guard share?.acquire() ?? true else { return nil }
         for _ in 0..<DNSRelay.bindAttempts {
             do {
                 return try HostSocket.datagram(from: UInt16.random(in: sourcePorts, using: &random), connectedTo: upstream)
             } catch where error.errno == EADDRINUSE {
                 continue
             } catch {
-                return nil
+                break
             }
         }
+        share?.release()
         return nil
+    }
+
+    private func closeSocket(_ fd: Int32) {
+        Glibc.close(fd)
+        share?.release()
     }
 
     private func finish(_ fd: Int32) {
         queries.remove(fd)
         loop.unregister(fd)
-        Glibc.close(fd)
+        closeSocket(fd)
     }
 
     /// The upstream's answer on a query's socket: only one carrying the id we sent is taken.

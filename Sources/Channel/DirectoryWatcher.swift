@@ -32,6 +32,7 @@ public final class DirectoryWatcher {
     public let loop: EventLoop
     private let descriptor: Int32
     private var watches: [String: Int32] = [:]
+    private var interests: [String: Interest] = [:]
     /// Two paths to one directory (a link among its ancestors) share the kernel's watch.
     private var directories: [Int32: Set<String>] = [:]
     public var onChange: (Change) -> Void = { _ in }
@@ -66,6 +67,7 @@ public final class DirectoryWatcher {
     public func watch(exactly wanted: [String: Interest]) -> [String: SystemError] {
         for (path, wd) in watches where wanted[path] == nil {
             watches[path] = nil
+            interests[path] = nil
             directories[wd]?.remove(path)
             if directories[wd]?.isEmpty == true {
                 directories[wd] = nil
@@ -74,14 +76,18 @@ public final class DirectoryWatcher {
         }
         var failures: [String: SystemError] = [:]
         for (path, interest) in wanted {
+            // Already watched for that: nothing to ask the kernel.
+            if watches[path] != nil && interests[path] == interest { continue }
             // Adding again replaces the mask (a directory whose interest changed).
             let wd = inotify_add_watch(descriptor, path, interest.mask)
             guard wd >= 0 else {
                 failures[path] = SystemError("watch \(path)")
+                interests[path] = nil
                 if let old = watches.removeValue(forKey: path) { directories[old]?.remove(path) }
                 continue
             }
             watches[path] = wd
+            interests[path] = interest
             directories[wd, default: []].insert(path)
         }
         return failures
@@ -136,10 +142,15 @@ public final class DirectoryWatcher {
                     for d in watches.keys { changes.append(Change(directory: d, name: "", appeared: false)) }
                 } else if let paths = directories[wd] {
                     let selfChanged = mask & UInt32(IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED) != 0
-                    if mask & UInt32(IN_IGNORED) != 0 {
-                        // The directory is gone (or unwatched): forget the watch.
-                        for d in paths where watches[d] == wd { watches[d] = nil }
+                    if selfChanged {
+                        // The directory is gone, moved away or unwatched: forget the watch, so
+                        // the next `watch(exactly:)` asks for whatever is at the path now.
+                        for d in paths where watches[d] == wd {
+                            watches[d] = nil
+                            interests[d] = nil
+                        }
                         directories[wd] = nil
+                        if mask & UInt32(IN_IGNORED) == 0 { inotify_rm_watch(descriptor, wd) }
                     }
                     let appeared = mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0
                     for d in paths { changes.append(Change(directory: d, name: selfChanged ? "" : name, appeared: appeared)) }

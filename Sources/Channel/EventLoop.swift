@@ -379,6 +379,15 @@ public final class EventLoop: @unchecked Sendable {
         turn(timeout: 0)
     }
 
+    /// A virtual loop's single step: one turn at the clock's present instant, descriptors
+    /// polled without waiting. For tests that count what one turn does (a handler's budget).
+    public func runTurn() {
+        guard clock is VirtualClock else { return }
+        threadID.withLock { $0 = pthread_self() }
+        defer { threadID.withLock { $0 = nil } }
+        turn(timeout: 0)
+    }
+
     /// When the next turn is due without I/O: now when clients are waiting to be serviced or
     /// work was put off to the next turn, else the earliest timer or client deadline.
     private var nextDeadline: Instant? {
@@ -400,6 +409,10 @@ public final class EventLoop: @unchecked Sendable {
     /// are due or had I/O, and take their new deadlines.
     private func turn(timeout: Int32) {
         turns &+= 1
+        // What was put off before this turn began runs in it; what its handlers put off waits
+        // for the next.
+        var putOff: [() -> Void] = []
+        swap(&putOff, &deferred)
         let n = events.withUnsafeMutableBufferPointer { epoll_wait(epoll, $0.baseAddress, Int32($0.count), timeout) }
         now = clock.now
         for i in 0..<max(0, Int(n)) {
@@ -414,11 +427,7 @@ public final class EventLoop: @unchecked Sendable {
             registration.handler(events[i].events)
         }
         runPosted()
-        if !deferred.isEmpty {
-            var work: [() -> Void] = []
-            swap(&work, &deferred)
-            for w in work { w() }
-        }
+        for w in putOff { w() }
         if let first = timerDeadlines.earliest, first <= now {
             // Only the timers due now: one scheduled at `now` by a timer's body waits a turn.
             var due: [Int] = []

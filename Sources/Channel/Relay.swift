@@ -107,7 +107,18 @@ final class RelayTable {
     /// Why the last relay that failed did: what a report shows beside the count.
     var lastFailure: String?
 
-    init(loop: EventLoop) { self.loop = loop }
+    /// The terminal's part of the process's descriptors: every relay's host socket holds one.
+    private let share: DescriptorShare?
+
+    init(loop: EventLoop, share: DescriptorShare? = nil) {
+        self.loop = loop
+        self.share = share
+    }
+
+    /// Takes a descriptor's worth of the budget before a host socket is made for a relay;
+    /// false when the terminal's part is used up. The relay gives it back when it goes.
+    func acquireDescriptor() -> Bool { share?.acquire() ?? true }
+    func releaseDescriptor() { share?.release() }
 
     var count: Int { relays.count }
 
@@ -203,6 +214,7 @@ final class RelayTable {
                 r.attached = false
                 loop.unregister(r.fd)
                 Glibc.close(r.fd)
+                releaseDescriptor()
                 r.counters.value.active -= 1
                 r.counters.onChange?(false)
                 if let failed { failed(r, e) } else { host?.stack?.abort(r.id, now: now) }
@@ -356,6 +368,7 @@ final class RelayTable {
         relays.removeValue(forKey: r.id)
         loop.unregister(r.fd)
         if reset { HostSocket.closeWithReset(r.fd) } else { Glibc.close(r.fd) }
+        releaseDescriptor()
         r.counters.value.active -= 1
         r.counters.onChange?(false)
         r.onFinished?(r)

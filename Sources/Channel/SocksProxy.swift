@@ -281,11 +281,11 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
     private var notices = ThrottledLog<Notice>(interval: SocksProxy.logInterval)
     var log: (String) -> Void = { _ in }
 
-    init(configuration: SocksConfiguration, loop: EventLoop) {
+    init(configuration: SocksConfiguration, loop: EventLoop, share: DescriptorShare? = nil) {
         self.configuration = configuration
         self.loop = loop
         policy = SocksPolicy(allow: configuration.allow, allowPrivate: configuration.allowPrivate)
-        relays = RelayTable(loop: loop)
+        relays = RelayTable(loop: loop, share: share)
     }
 
     var outbound: Int { relays.count + resolving.count }
@@ -505,9 +505,15 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
     private func connect(_ id: ConnectionID, _ request: SocksRequest, _ endpoint: TCPEndpoint, mayReachHost: Bool,
                          leftover: [UInt8], now: Instant) {
         let fd: Int32
+        guard relays.acquireDescriptor() else {
+            note(.connectFailed, now: now, "\(endpoint): no descriptors left for this terminal")
+            refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now)
+            return
+        }
         do {
             fd = try HostSocket.connect(to: endpoint, keepAlive: keepAlive)
         } catch {
+            relays.releaseDescriptor()
             note(.connectFailed, now: now, "\(endpoint): \(error)")
             refuse(id, SocksNegotiation.failureReply(for: request.version, SocksProxy.failure(error.errno)), now: now)
             return

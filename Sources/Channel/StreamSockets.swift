@@ -57,8 +57,20 @@ public final class StreamConnection {
     /// The peer's end of stream was seen (and handed to `onEndOfStream`).
     private var readDone = false
 
+    /// Bytes read per turn at most.
+    public static let readBudget = 65_536
+
+    /// While true nothing is read: the owner has work queued from earlier reads and takes no
+    /// more until it is done (the peer's bytes wait in the socket, and its sends then block).
+    public var readingPaused = false {
+        didSet {
+            guard readingPaused != oldValue, !closed else { return }
+            loop.setInterest(descriptor, interest)
+        }
+    }
+
     private var interest: UInt32 {
-        let read: UInt32 = readDone ? 0 : EPOLLIN.rawValue | EPOLLRDHUP.rawValue
+        let read: UInt32 = readDone || readingPaused ? 0 : EPOLLIN.rawValue | EPOLLRDHUP.rawValue
         return connecting || !outgoing.isEmpty ? read | EPOLLOUT.rawValue : read
     }
 
@@ -141,29 +153,30 @@ public final class StreamConnection {
             if closed { return }
             loop.setInterest(descriptor, interest)
         }
-        if events & (EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
-            var buffer = [UInt8](repeating: 0, count: 65_536)
-            while !closed {
-                let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { recv(descriptor, b.baseAddress, b.count, 0) } }
-                if n > 0 {
-                    onData?(Array(buffer[0..<n]))
-                    continue
-                }
-                if n == 0 {
-                    // End of stream: with an `onEndOfStream` the connection lives on until our
-                    // side shuts down too; without one it is over.
-                    guard let eos = onEndOfStream else { return finish(nil) }
-                    onEndOfStream = nil
-                    readDone = true
-                    eos()
-                    if closed { return }
-                    if writeShutdownPending && outgoing.isEmpty { return finish(nil) }
-                    loop.setInterest(descriptor, interest)
-                    return
-                }
-                if errno == EAGAIN || errno == EWOULDBLOCK { break }
-                return finish(SystemError("recv"))
+        if events & (EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 && !readingPaused {
+            // One buffer per turn, not until EAGAIN: a peer that writes as fast as it can must
+            // not keep the loop from everyone else. epoll is level-triggered, so what is left
+            // is read next turn.
+            var buffer = [UInt8](repeating: 0, count: StreamConnection.readBudget)
+            let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { recv(descriptor, b.baseAddress, b.count, 0) } }
+            if n > 0 {
+                onData?(Array(buffer[0..<n]))
+                return
             }
+            if n == 0 {
+                // End of stream: with an `onEndOfStream` the connection lives on until our
+                // side shuts down too; without one it is over.
+                guard let eos = onEndOfStream else { return finish(nil) }
+                onEndOfStream = nil
+                readDone = true
+                eos()
+                if closed { return }
+                if writeShutdownPending && outgoing.isEmpty { return finish(nil) }
+                loop.setInterest(descriptor, interest)
+                return
+            }
+            if errno == EAGAIN || errno == EWOULDBLOCK { return }
+            return finish(SystemError("recv"))
         }
     }
 }
@@ -219,8 +232,14 @@ public final class StreamListener {
         }
     }
 
+    /// Connections accepted per turn at most: a client that connects in a loop must not keep
+    /// the loop from everyone else (the rest wait in the backlog for the next turn).
+    public static let acceptBudget = 16
+
     private func acceptAll() {
-        while !closed {
+        var accepted = 0
+        while !closed && accepted < StreamListener.acceptBudget {
+            accepted += 1
             let next = path == nil ? HostSocket.accept(descriptor) : UnixSocket.accept(descriptor)
             switch next {
             case .none:

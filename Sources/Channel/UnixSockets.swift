@@ -80,17 +80,20 @@ public enum UnixSocket {
             unlink(path)
         }
         let fd = try socket(nonBlocking: true)
+        // bind(2) makes the file with the mode the umask leaves: set so that it is `mode` from
+        // the start, with no moment at a wider mode and no chmod by path afterwards (which a
+        // file swapped in meanwhile would take).
+        let previous = umask(~mode & 0o777)
         let bound = withUnsafePointer(to: &a) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
+        umask(previous)
         guard bound == 0 else {
             let e = SystemError("bind \(path)")
             Glibc.close(fd)
             throw e
         }
-        // bind(2) made the file with the process's umask; the mode is set before anyone is
-        // accepted (and the directory, 0700, keeps others out meanwhile).
-        guard chmod(path, mode) == 0, Glibc.listen(fd, backlog) == 0 else {
+        guard Glibc.listen(fd, backlog) == 0 else {
             let e = SystemError("listen \(path)")
             Glibc.close(fd)
             unlink(path)
@@ -111,10 +114,39 @@ public enum UnixSocket {
         return fd
     }
 
-    /// A blocking connection to the socket at `path` (for command-line clients).
-    public static func connect(to path: String) throws(SystemError) -> Int32 {
+    /// A blocking connection to a service's socket at `path`, refused unless the program
+    /// listening there runs as this user, as root, or as the user who owns the directory the
+    /// socket is in (the service's runtime directory, writable by no one else) and the socket
+    /// itself. Every call on it (the connect included) gives up after `timeout`.
+    public static func connectToService(_ path: String, timeout: Duration) throws(SystemError) -> Int32 {
+        let fd = try connect(to: path, timeout: timeout)
+        guard let peer = peerUser(fd) else {
+            Glibc.close(fd)
+            throw SystemError("\(path): the listening program's user cannot be told", errno: EPERM)
+        }
+        if peer == getuid() || peer == 0 { return fd }
+        var socketStat = stat(), directoryStat = stat()
+        let directory = path.lastIndex(of: "/").map { String(path[..<$0]) }.map { $0.isEmpty ? "/" : $0 } ?? "."
+        let owned = lstat(path, &socketStat) == 0 && socketStat.st_uid == peer
+            && stat(directory, &directoryStat) == 0 && directoryStat.st_uid == peer && directoryStat.st_mode & 0o022 == 0
+        guard owned else {
+            Glibc.close(fd)
+            throw SystemError("\(path): the program listening there (user \(peer)) does not own the socket and its directory", errno: EPERM)
+        }
+        return fd
+    }
+
+    /// A blocking connection to the socket at `path` (for command-line clients); with a
+    /// `timeout`, the connect and every later send and receive give up after it (EAGAIN).
+    public static func connect(to path: String, timeout: Duration? = nil) throws(SystemError) -> Int32 {
         var a = try address(path)
         let fd = try socket(nonBlocking: false)
+        if let timeout {
+            let ns = max(timeout.nanoseconds, 1_000_000)
+            var tv = timeval(tv_sec: Int(ns / 1_000_000_000), tv_usec: Int((ns % 1_000_000_000) / 1_000))
+            _ = setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+            _ = setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        }
         let r = withUnsafePointer(to: &a) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }

@@ -176,7 +176,7 @@ final class ChannelRun {
     static func writeStatusFile(_ text: String, to path: String) throws(CaptureError) {
         if isSymbolicLink(path) { throw CaptureError("\(path) is a symbolic link, which is not written through") }
         let temporary = path + ".tmp"
-        let file = try CaptureFile(path: temporary)
+        let file = try CaptureFile(path: temporary, replaces: .anyOfOurs)
         let written = file.write(Array(text.utf8))
         file.close()
         guard written else { throw CaptureError("\(temporary): \(file.stopReason ?? "not written")") }

@@ -20,7 +20,7 @@ func fileMode(_ path: String) -> mode_t {
 @Suite struct CaptureFileTests {
     @Test func aFullDiskStopsTheCaptureAndSaysSoOnce() throws {
         let said = StopMessages()
-        let file = try CaptureFile(path: "/dev/full")
+        let file = try CaptureFile(path: "/dev/full", replaces: .pcap)
         file.onStop = said.append
         #expect(!file.write([1, 2, 3]))
         #expect(!file.write([4, 5, 6]))
@@ -67,11 +67,41 @@ func fileMode(_ path: String) -> mode_t {
         try PcapWriter(path: pcap).close()
         try PPPDRecordWriter(path: record, startTime: 0).close()
         #expect(fileMode(pcap) == 0o600 && fileMode(record) == 0o600)
-        // A file already there, readable by all, is made private before anything is written to it.
+        // A file already there, readable by all, is not replaced: captures hold what crossed
+        // the line, and the file may be someone's.
         let existing = scratch.path + "/old.pcap"
         _ = FileManager.default.createFile(atPath: existing, contents: nil, attributes: [.posixPermissions: 0o644])
-        try PcapWriter(path: existing).close()
-        #expect(fileMode(existing) == 0o600)
+        #expect(throws: CaptureError.self) { try PcapWriter(path: existing) }
+        #expect(fileMode(existing) == 0o644)
+    }
+
+    /// A capture is written over only a capture of its own kind that is ours and private: any
+    /// other file a path names (a configuration file's `pcap` line) is left byte for byte.
+    @Test func onlyACaptureOfOursIsReplaced() throws {
+        let scratch = try ScratchDirectory()
+        let precious = scratch.path + "/accounts.db"
+        let contents = Data("SQLite format 3\0 not a capture".utf8)
+        _ = FileManager.default.createFile(atPath: precious, contents: contents, attributes: [.posixPermissions: 0o600])
+        #expect(throws: CaptureError.self) { try PcapWriter(path: precious) }
+        #expect(throws: CaptureError.self) { try PPPDRecordWriter(path: precious, startTime: 0) }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: precious)) == contents)
+
+        // A pcap of ours is replaced; a record file is not taken for one, nor the other way round.
+        let pcap = scratch.path + "/session.pcap", record = scratch.path + "/session.record"
+        let first = try PcapWriter(path: pcap)
+        try first.write(packet: [0xFF, 0x03, 0xC0, 0x21, 9, 1, 0, 4], time: CaptureTime(seconds: 1, microseconds: 0), direction: .sent)
+        first.close()
+        try PcapWriter(path: pcap).close()
+        #expect(try Data(contentsOf: URL(fileURLWithPath: pcap)).count == 24)
+        try PPPDRecordWriter(path: record, startTime: 0).close()
+        try PPPDRecordWriter(path: record, startTime: 0).close()
+        #expect(throws: CaptureError.self) { try PcapWriter(path: record) }
+        #expect(throws: CaptureError.self) { try PPPDRecordWriter(path: pcap, startTime: 0) }
+        // An empty file of ours, 0600, is taken (what a caller makes to reserve the name).
+        let empty = scratch.path + "/empty.pcap"
+        _ = FileManager.default.createFile(atPath: empty, contents: nil, attributes: [.posixPermissions: 0o600])
+        try PcapWriter(path: empty).close()
+        #expect(try Data(contentsOf: URL(fileURLWithPath: empty)).count == 24)
     }
 
     /// In a shared directory another user may plant the file (it would then own what we write)

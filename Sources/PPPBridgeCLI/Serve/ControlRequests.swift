@@ -46,6 +46,7 @@ extension Service {
                 return t.removeBridge(spec) ? ["ok": true] : failure(ControlCode.noSuchBridge, "no bridge \(spec)")
             }
             do throws(BridgeError) { try t.addBridge(spec) } catch { return failure(error.rawValue, error.description) }
+            updateReserve()
             return ["ok": true]
         case "set-keepalive":
             guard let idle = request["idle"]?.integer, let interval = request["interval"]?.integer, let count = request["count"]?.integer,

@@ -11,11 +11,13 @@ struct CtlCommand {
     var environment: [String: String] = ProcessInfo.processInfo.environment
 
     static let usage = """
-    usage: pppbridge ctl [--control PATH] COMMAND
+    usage: pppbridge ctl [--control PATH] [--timeout S] COMMAND
 
     Talks to a running `pppbridge serve` through its control socket (default
     $XDG_RUNTIME_DIR/pppbridge/control when it exists, else /run/pppbridge/control) and prints
-    its JSON reply.
+    its JSON reply. It gives up after S seconds (default 5) without a reply (`events`: without
+    its first), and talks only to a service that runs as this user, as root, or as the owner
+    of the socket and of its directory.
 
       list                         every terminal: state, addresses, bridges
       status NAME                  one terminal with its counters
@@ -39,12 +41,21 @@ struct CtlCommand {
             output(CtlCommand.usage)
             return CommandLineTool.Status.success
         }
-        if args.first == "--control" {
+        var timeout = Duration.seconds(5)
+        while args.first == "--control" || args.first == "--timeout" {
             guard args.count >= 2 else {
-                error("pppbridge ctl: --control needs a path")
+                error("pppbridge ctl: \(args[0]) needs a value")
                 return CommandLineTool.Status.usage
             }
-            path = args[1]
+            if args[0] == "--control" {
+                path = args[1]
+            } else {
+                guard let s = Double(args[1]), s > 0, s <= 3_600 else {
+                    error("pppbridge ctl: --timeout takes seconds, more than 0 and at most 3600")
+                    return CommandLineTool.Status.usage
+                }
+                timeout = .milliseconds(Int64(s * 1_000))
+            }
             args.removeFirst(2)
         }
         guard let request = CtlCommand.request(args) else {
@@ -53,8 +64,9 @@ struct CtlCommand {
         }
         let socketPath = path ?? CtlCommand.defaultControlPath(environment: environment)
         let fd: Int32
-        do { fd = try UnixSocket.connect(to: socketPath) } catch let e {
-            error("pppbridge ctl: \(e) (is `pppbridge serve` running?)")
+        do { fd = try UnixSocket.connectToService(socketPath, timeout: timeout) } catch let e {
+            let hint = e.errno == EAGAIN ? " (no answer within the timeout)" : e.errno == EPERM ? "" : " (is `pppbridge serve` running?)"
+            error("pppbridge ctl: \(e)" + hint)
             return 1
         }
         defer { close(fd) }
@@ -69,6 +81,12 @@ struct CtlCommand {
         while true {
             let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n < 0 && errno == EINTR { continue }
+            if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
+                // A stream of events may be quiet for as long as it likes once it is answered.
+                if !first && streaming { continue }
+                error("pppbridge ctl: \(socketPath): no reply within \(timeout)")
+                return 1
+            }
             guard n > 0 else {
                 if first { error("pppbridge ctl: the service closed the connection without a reply") }
                 return first ? 1 : 0

@@ -4,22 +4,31 @@ import NetStack
 
 /// A minimal HTTP/1.x server for `GET /metrics` on the loop: one request per connection, the
 /// answer, then the connection is closed. Requests are bounded in size, clients in number and
-/// time, so a client that sends nothing or never reads holds nothing for long.
+/// time (a few seconds), and a new client at the limit takes the place of the one that has
+/// been there longest, so slow clients cannot keep a scrape out. The page is rendered at most
+/// once a turn, however many clients ask in it.
 final class MetricsServer {
-    static let clientLimit = 16
+    static let defaultClientLimit = 16
+    /// Clients at once (fewer where the process has few descriptors).
+    let clientLimit: Int
     static let requestLimit = 8_192
-    static let clientTimeout = Duration.seconds(10)
+    static let clientTimeout = Duration.seconds(3)
 
     /// Where it listens (the port chosen when 0 was asked for).
     var endpoint: TCPEndpoint? { listener?.endpoint }
     private let loop: EventLoop
     private var listener: StreamListener?
-    private var clients: [ObjectIdentifier: (connection: StreamConnection, timer: Int)] = [:]
+    private var clients: [ObjectIdentifier: (connection: StreamConnection, timer: Int, since: Instant)] = [:]
     private let render: () -> String
-    private(set) var refused = 0
+    private var rendered: (turn: Int, text: String)?
+    /// Clients that made room for a newer one at the limit.
+    private(set) var evicted = 0
+    private(set) var timedOut = 0
 
-    init(on endpoint: TCPEndpoint, loop: EventLoop, render: @escaping () -> String) throws(SystemError) {
+    init(on endpoint: TCPEndpoint, loop: EventLoop, clientLimit: Int = MetricsServer.defaultClientLimit,
+         render: @escaping () -> String) throws(SystemError) {
         self.loop = loop
+        self.clientLimit = max(1, clientLimit)
         self.render = render
         listener = try StreamListener(on: endpoint, loop: loop) { [weak self] c in self?.accepted(c) }
     }
@@ -35,13 +44,16 @@ final class MetricsServer {
     }
 
     private func accepted(_ c: StreamConnection) {
-        guard clients.count < MetricsServer.clientLimit else {
-            refused += 1
-            return c.close(reset: true)
+        if clients.count >= clientLimit, let oldest = clients.min(by: { $0.value.since < $1.value.since })?.key {
+            evicted += 1
+            drop(oldest)
         }
         let key = ObjectIdentifier(c)
-        let timer = loop.schedule(at: loop.now + MetricsServer.clientTimeout) { [weak self] in self?.drop(key) }
-        clients[key] = (c, timer)
+        let timer = loop.schedule(at: loop.now + MetricsServer.clientTimeout) { [weak self] in
+            self?.timedOut += 1
+            self?.drop(key)
+        }
+        clients[key] = (c, timer, loop.now)
         var request: [UInt8] = []
         c.onData = { [weak self, unowned c] bytes in
             guard let self else { return }
@@ -53,7 +65,7 @@ final class MetricsServer {
             let firstLine = request[..<end].split(separator: 0x0A, maxSplits: 1).first.map { String(decoding: $0, as: UTF8.self) } ?? ""
             let words = firstLine.split(separator: " ")
             if words.count >= 2, words[0] == "GET", words[1] == "/metrics" || words[1].hasPrefix("/metrics?") {
-                self.respond(c, key, status: "200 OK", body: self.render())
+                self.respond(c, key, status: "200 OK", body: self.page())
             } else if words.count >= 2, words[0] != "GET" {
                 self.respond(c, key, status: "405 Method Not Allowed", body: "only GET /metrics\n")
             } else {
@@ -61,6 +73,14 @@ final class MetricsServer {
             }
         }
         c.onClose = { [weak self] _ in self?.drop(key) }
+    }
+
+    /// The page as of this turn (rendered once a turn at most).
+    private func page() -> String {
+        if let rendered, rendered.turn == loop.turns { return rendered.text }
+        let text = render()
+        rendered = (loop.turns, text)
+        return text
     }
 
     /// Where the request's header ends (an empty line), if it has.

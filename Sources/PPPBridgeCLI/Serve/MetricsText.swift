@@ -26,6 +26,26 @@ enum MetricsText {
         add("pppbridge_terminals", "gauge", "Terminals configured.", [], terminals.count)
         add("pppbridge_terminals_up", "gauge", "Terminals whose link is open.", [], terminals.filter { $0.state == .open }.count)
         add("pppbridge_configuration_errors_total", "counter", "Configuration files refused.", [], service.configurationErrors)
+        let budget = service.descriptors
+        add("pppbridge_descriptors_limit", "gauge", "The process's limit on open descriptors (its soft RLIMIT_NOFILE, raised to the hard one).", [],
+            budget.limit)
+        add("pppbridge_descriptors_reserved", "gauge", "Descriptors kept for lines, captures, listeners and local clients.", [], budget.reserve)
+        add("pppbridge_host_descriptors", "gauge", "Descriptors the terminals' host connections and DNS queries hold.", [], budget.held)
+        add("pppbridge_host_descriptors_refused_total", "counter", "Host connections and DNS queries refused for want of descriptors.", [],
+            budget.refused)
+        if let c = service.controlServer {
+            add("pppbridge_control_clients", "gauge", "Control socket clients connected.", [], c.clientCount)
+            add("pppbridge_control_clients_closed_total", "counter", "Control clients let go, by why.", [("reason", "idle")], c.clientsTimedOut)
+            add("pppbridge_control_clients_closed_total", "counter", "Control clients let go, by why.", [("reason", "made_room")], c.clientsEvicted)
+            add("pppbridge_control_clients_closed_total", "counter", "Control clients let go, by why.", [("reason", "not_reading")], c.clientsDropped)
+            add("pppbridge_control_clients_closed_total", "counter", "Control clients let go, by why.", [("reason", "refused")], c.clientsRefused)
+        }
+        if let m = service.metricsServer {
+            add("pppbridge_metrics_clients_closed_total", "counter", "Metrics clients let go before they finished, by why.", [("reason", "timeout")],
+                m.timedOut)
+            add("pppbridge_metrics_clients_closed_total", "counter", "Metrics clients let go before they finished, by why.", [("reason", "made_room")],
+                m.evicted)
+        }
         for t in terminals {
             let terminal = ("terminal", t.name)
             add("pppbridge_terminal_up", "gauge", "Whether the terminal's link is open.", [terminal], t.state == .open ? 1 : 0)
@@ -45,6 +65,12 @@ enum MetricsText {
             add("pppbridge_line_frames_dropped_total", "counter", "Received frames dropped (bad FCS, runts, too long, aborted, bad header).",
                 [terminal], totals.dropped)
             add("pppbridge_echo_failures_total", "counter", "LCP echo requests left unanswered.", [terminal], t.echoFailures)
+            if let share = t.descriptors {
+                add("pppbridge_terminal_host_descriptors", "gauge", "Descriptors the terminal's host connections and DNS queries hold.",
+                    [terminal], share.held)
+                add("pppbridge_terminal_host_descriptors_refused_total", "counter",
+                    "The terminal's host connections and DNS queries refused at its part of the descriptors.", [terminal], share.refused)
+            }
             let status = t.channel.status
             for b in status.bridges {
                 let labels = [terminal, ("bridge", b.kind.rawValue + ":" + String(b.port))]

@@ -112,6 +112,21 @@ struct ServeCommand {
     }
 }
 
+/// How `serve` divides the process's descriptors (docs/SERVICE.md, "Descriptors"): the local
+/// clients' limits shrink where the process has few, and a reserve keeps what is open at
+/// start, what those clients may hold and a margin out of the terminals' pool.
+struct ServiceLimits {
+    let descriptorLimit: Int
+    /// Descriptors kept free beyond everything counted, for what the process opens briefly
+    /// (a configuration file being read, a device being checked, a name lookup).
+    static let margin = 8
+
+    var controlClients: Int { min(ControlServer.defaultClientLimit, max(4, descriptorLimit / 32)) }
+    var metricsClients: Int { min(MetricsServer.defaultClientLimit, max(2, descriptorLimit / 64)) }
+
+    func baseReserve(openNow: Int) -> Int { openNow + controlClients + metricsClients + ServiceLimits.margin }
+}
+
 /// A running `serve`: the loop, the service, its control socket, metrics and notifications.
 final class ServiceRun {
     let directory: String
@@ -142,13 +157,20 @@ final class ServiceRun {
         let control: ControlServer
         var metrics: MetricsServer?
         let signals: SignalWatcher
+        // As many descriptors as the hard limit allows (systemd's LimitNOFILE=), then a budget
+        // of them: see `ServiceLimits`.
+        let limits = ServiceLimits(descriptorLimit: DescriptorBudget.raiseSoftLimit().soft)
         do {
             loop = try EventLoop()
+            let budget = DescriptorBudget(limit: limits.descriptorLimit, reserve: 0)
             service = try Service(directory: directory, defaults: defaults, environment: environment, loop: loop,
+                                  descriptors: budget, baseReserve: 0,
                                   say: { [output] in output("serve: " + $0) }, complain: error)
-            control = try ControlServer(path: controlPath, loop: loop) { [unowned service] in service.answer($0) }
+            control = try ControlServer(path: controlPath, loop: loop, clientLimit: limits.controlClients) { [unowned service] in service.answer($0) }
             if let metricsEndpoint {
-                metrics = try MetricsServer(on: metricsEndpoint, loop: loop) { [unowned service] in MetricsText.render(service) }
+                metrics = try MetricsServer(on: metricsEndpoint, loop: loop, clientLimit: limits.metricsClients) { [unowned service] in
+                    MetricsText.render(service)
+                }
             }
             signals = try SignalWatcher(signals: [SIGINT, SIGTERM, SIGHUP], loop: loop) { [unowned self, unowned service] signo in
                 if signo == SIGHUP {
@@ -167,6 +189,12 @@ final class ServiceRun {
             control.close()
             metrics?.close()
         }
+        // What is open now (the loop, its listeners, the watcher) and what the local clients
+        // may hold stay out of the terminals' pool.
+        service.baseReserve = limits.baseReserve(openNow: DescriptorBudget.openDescriptors() ?? 32)
+        service.updateReserve()
+        service.controlServer = control
+        service.metricsServer = metrics
         notifier = ServiceNotifier(environment: environment)
         service.publish = { [unowned self, unowned service] event in
             control.publish(Service.eventObject(event))

@@ -67,12 +67,20 @@ final class ServedTerminal {
     /// that hangs up is opened again after the holdoff, as pppd does.
     var staleLink: LinkStamp?
 
-    init(file: TerminalFile, loop: EventLoop, publish: @escaping (ServiceEvent) -> Void, say: @escaping (String) -> Void) {
+    /// This terminal's part of the process's descriptors (its bridges', proxy's and DNS
+    /// relay's host sockets draw on it).
+    let descriptors: DescriptorShare?
+
+    init(file: TerminalFile, loop: EventLoop, descriptors: DescriptorShare? = nil, publish: @escaping (ServiceEvent) -> Void,
+         say: @escaping (String) -> Void) {
         self.file = file
         self.publish = publish
         self.say = say
+        self.descriptors = descriptors
         bridges = file.options.bridges
-        channel = Channel(configuration: file.options.channelConfiguration, loop: loop)
+        var configuration = file.options.channelConfiguration
+        configuration.descriptorShare = descriptors
+        channel = Channel(configuration: configuration, loop: loop)
         channel.observe { [weak self] event in self?.handle(event) }
     }
 
@@ -225,6 +233,13 @@ final class ServedTerminal {
             self?.holdoffTimer = nil
             self?.attempt()
         }
+    }
+
+    /// Descriptors this terminal keeps out of the pool for itself: its line, its captures and
+    /// its bridges' listeners.
+    var reservedDescriptors: Int {
+        1 + (file.options.channelConfiguration.pcapPath == nil ? 0 : 1) + (file.options.channelConfiguration.recordPath == nil ? 0 : 1)
+            + bridges.count
     }
 
     /// The counters over every link, the current one included.

@@ -26,13 +26,24 @@ final class Service {
     private(set) var stopping = false
     private let watcher: DirectoryWatcher
     private var scanScheduled = false
+    /// The process's descriptors: the terminals' host connections draw on its pool, and its
+    /// reserve keeps what the lines, captures, listeners and local clients need.
+    let descriptors: DescriptorBudget
+    /// Descriptors kept for the service's own sockets and clients, whatever the terminals.
+    var baseReserve: Int
+    /// The local clients' servers, for their counters in the metrics.
+    weak var controlServer: ControlServer?
+    weak var metricsServer: MetricsServer?
     var say: (String) -> Void
     var complain: (String) -> Void
     var publish: (ServiceEvent) -> Void = { _ in }
 
     init(directory: String, defaults: TerminalFile.Defaults, environment: [String: String], loop: EventLoop,
+         descriptors: DescriptorBudget, baseReserve: Int,
          say: @escaping (String) -> Void, complain: @escaping (String) -> Void) throws(SystemError) {
         self.loop = loop
+        self.descriptors = descriptors
+        self.baseReserve = baseReserve
         self.directory = directory
         self.defaults = defaults
         self.environment = environment
@@ -150,6 +161,7 @@ final class Service {
         t.retire { [weak self, weak t] in
             guard let self, let t, self.terminals[name] === t else { return }
             self.terminals[name] = nil
+            self.updateReserve()
             if announce { self.publish(.configuration(terminal: name, added: false)) }
             self.startPending(name, after: t)
             // A file refused for this terminal's device may take it now.
@@ -159,8 +171,8 @@ final class Service {
 
     private func startPending(_ name: String, after old: ServedTerminal? = nil) {
         guard !stopping, terminals[name] == nil, let file = pending.removeValue(forKey: name) else { return }
-        let t = ServedTerminal(file: file, loop: loop, publish: { [weak self] in self?.terminalEvent($0) },
-                               say: { [weak self] in self?.say($0) })
+        let t = ServedTerminal(file: file, loop: loop, descriptors: descriptors.makeShare(),
+                               publish: { [weak self] in self?.terminalEvent($0) }, say: { [weak self] in self?.say($0) })
         t.lineHolder = { [weak self, unowned t] line in
             self?.terminals.values.first { $0 !== t && $0.heldLine == line }?.name
         }
@@ -168,6 +180,7 @@ final class Service {
         // The same device: a pty link its predecessor saw hang up is still not to be trusted.
         if let old, old.file.device == file.device { t.staleLink = old.staleLink }
         terminals[name] = t
+        updateReserve()
         say("\(name): on \(t.devicePrintable)")
         publish(.configuration(terminal: name, added: true))
         t.start()
@@ -189,6 +202,11 @@ final class Service {
         publish(event)
     }
 
+    /// The reserve: the service's own, and each terminal's line, captures and listeners.
+    func updateReserve() {
+        descriptors.reserve = baseReserve + terminals.values.reduce(0) { $0 + $1.reservedDescriptors }
+    }
+
     /// Gives every waiting terminal a look at its device.
     private func recheckWaiting() {
         for t in Array(terminals.values) where t.state == .waiting { t.recheck() }
@@ -196,11 +214,47 @@ final class Service {
 
     // MARK: Watching
 
+    /// Which terminals each watched name concerns: directory → name in it → terminals whose
+    /// device path goes through that name. A change costs a look-up here, not a pass over
+    /// every terminal, so a busy device directory (thousands of names coming and going) costs
+    /// only the terminals whose device it names.
+    private var watchedNames: [String: [String: [String]]] = [:]
+    private var rewatchScheduled = false
+    /// Terminals shown a change in a device directory, and passes made over the watches: what
+    /// hotplug costs (counted for the tests and the metrics).
+    private(set) var deviceChecks = 0
+    private(set) var rewatchPasses = 0
+
     private func changed(_ change: DirectoryWatcher.Change) {
         if change.directory == directory { scheduleScan() }
-        for t in Array(terminals.values) { t.changed(change) }
-        // A directory on the way to a device appeared or went: watch the next one down (or up).
-        if change.directory != directory || change.name.isEmpty { rewatch() }
+        guard let names = watchedNames[change.directory] else { return }
+        if change.name.isEmpty {
+            // The directory itself went, or the kernel's queue overflowed: anything may have.
+            for name in names.values.joined() {
+                deviceChecks += 1
+                terminals[name]?.changed(change)
+            }
+            scheduleRewatch()
+            return
+        }
+        guard let concerned = names[change.name] else { return }
+        for name in concerned {
+            guard let t = terminals[name] else { continue }
+            deviceChecks += 1
+            t.changed(change)
+            // A directory on the way to the device appeared or went: watch the next one down
+            // (or up), once for a burst of such changes.
+            if DirectoryWatcher.parent(of: t.file.device) != change.directory { scheduleRewatch() }
+        }
+    }
+
+    private func scheduleRewatch() {
+        guard !rewatchScheduled else { return }
+        rewatchScheduled = true
+        loop.nextTurn { [weak self] in
+            self?.rewatchScheduled = false
+            self?.rewatch()
+        }
     }
 
     /// Scans once the directory has been quiet for a moment (an editor's save is several events).
@@ -219,8 +273,15 @@ final class Service {
     /// watches stop moving.
     private func rewatch() {
         for _ in 0..<8 {
+            rewatchPasses += 1
             var wanted: [String: DirectoryWatcher.Interest] = [:]
-            for t in terminals.values where !t.retired { wanted[DirectoryWatcher.nearestExistingDirectory(of: t.file.device)] = .names }
+            var names: [String: [String: [String]]] = [:]
+            for t in terminals.values where !t.retired {
+                let d = DirectoryWatcher.nearestExistingDirectory(of: t.file.device)
+                wanted[d] = .names
+                if let component = DirectoryWatcher.component(of: t.file.device, in: d) { names[d, default: [:]][component, default: []].append(t.name) }
+            }
+            watchedNames = names
             wanted[directory] = .contents
             let before = watcher.watched
             for (path, failure) in watcher.watch(exactly: wanted) where path == directory {

@@ -141,11 +141,21 @@ struct TerminalFile {
     /// Reads the file at `path` (not through a symbolic link to elsewhere than a regular file,
     /// and at most `maximumSize` bytes).
     static func read(_ path: String) -> Result<[UInt8], FileErrors> {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK)
-        guard fd >= 0 else { return .failure(FileErrors("\(path): \(String(cString: strerror(errno)))")) }
+        // Not followed: a link could lead to any file the service may read, and the errors
+        // about a file's lines quote its words.
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW)
+        guard fd >= 0 else {
+            if errno == ELOOP { return .failure(FileErrors("\(path): a symbolic link, refused (a configuration file must be a regular file)")) }
+            return .failure(FileErrors("\(path): \(String(cString: strerror(errno)))"))
+        }
         defer { close(fd) }
         var st = stat()
-        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return .failure(FileErrors("\(path): not a regular file")) }
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return .failure(FileErrors("\(path): not a regular file, refused")) }
+        // What a file says runs with the service's rights: only its own user or root may say it.
+        guard st.st_uid == geteuid() || st.st_uid == 0 else {
+            return .failure(FileErrors("\(path): owned by user \(st.st_uid), not by the service's user (\(geteuid())) or root, refused"))
+        }
+        guard st.st_mode & 0o002 == 0 else { return .failure(FileErrors("\(path): writable by others, refused")) }
         guard st.st_size <= maximumSize else { return .failure(FileErrors("\(path): larger than \(maximumSize) bytes")) }
         var bytes = [UInt8](repeating: 0, count: maximumSize + 1)
         var total = 0
