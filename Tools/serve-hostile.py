@@ -155,6 +155,25 @@ class Serve:
             reply, raw = None, str(e)
         return reply, time.monotonic() - t0, raw
 
+    def raw_list(self):
+        """Seconds for one list request on our own connection to the control socket (no ctl
+        process to start), or None when it is not answered within 5 s."""
+        t0 = time.monotonic()
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.settimeout(5)
+                s.connect(self.control)
+                s.sendall(b'{"cmd":"list"}\n')
+                data = b""
+                while b"\n" not in data and time.monotonic() - t0 < 5:
+                    chunk = s.recv(65536)
+                    if not chunk:
+                        return None
+                    data += chunk
+            return time.monotonic() - t0 if b'"ok":true' in data else None
+        except OSError:
+            return None
+
     def states(self):
         reply, _, _ = self.ctl("list")
         return {t["name"]: t["state"] for t in (reply or {}).get("terminals", [])}
@@ -184,6 +203,10 @@ class Serve:
                     self.events.append((time.monotonic(), line.rstrip("\n")))
         threading.Thread(target=reader, daemon=True).start()
 
+    def event_for(self, kind, terminal, since):
+        return next((e for t, e in self.events if t >= since and isinstance(e, dict)
+                     and e.get("event") == kind and e.get("terminal") == terminal), None)
+
     def closed_events(self, since):
         return [e for t, e in self.events if t >= since and isinstance(e, dict) and e.get("event") == "closed"]
 
@@ -204,51 +227,35 @@ def result(name, ok, **keys):
     return 0 if ok else 1
 
 
+def bump(stats, key, n=1):
+    stats[key] = stats.get(key, 0) + n
+
+
 # Flood clients: each runs until `stop` is set or its deadline passes, and counts into `stats`.
 
-def flood_control(srv, stop, deadline, stats):
-    block, sock = b"\n" * 65536, None
+def flood_stream(connect, drain, stop, deadline, stats):
+    """Writes 64 KiB blocks as fast as the socket takes them (reading and discarding replies when
+    `drain`), connecting again whenever the server lets it go."""
+    block, sock = (b"\xa5" if drain else b"\n") * 65536, None
     while not stop.is_set() and time.time() < deadline:
         try:
             if sock is None:
-                sock = socket.socket(socket.AF_UNIX)
-                sock.connect(srv.control)
+                sock = connect()
                 sock.setblocking(False)
-                stats["connections"] = stats.get("connections", 0) + 1
-            if select.select([], [sock], [], 0.1)[1]:
-                stats["bytes"] = stats.get("bytes", 0) + sock.send(block)
-        except BlockingIOError:
-            pass
-        except OSError:
-            stats["dropped"] = stats.get("dropped", 0) + 1
-            sock.close() if sock else None
-            sock = None
-            time.sleep(0.01)
-    sock.close() if sock else None
-
-
-def flood_bridge(port, stop, deadline, stats):
-    block, sock = b"\xa5" * 65536, None
-    while not stop.is_set() and time.time() < deadline:
-        try:
-            if sock is None:
-                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-                sock.setblocking(False)
-                stats["connections"] = stats.get("connections", 0) + 1
-            readable, writable, _ = select.select([sock], [sock], [], 0.1)
+                bump(stats, "connections")
+            readable, writable, _ = select.select([sock] if drain else [], [sock], [], 0.1)
             if readable:
                 data = sock.recv(262144)
                 if not data:
                     raise ConnectionResetError("closed")
-                stats["received"] = stats.get("received", 0) + len(data)
+                bump(stats, "received", len(data))
             if writable:
-                stats["sent"] = stats.get("sent", 0) + sock.send(block)
+                bump(stats, "sent", sock.send(block))
         except BlockingIOError:
             pass
         except OSError:
-            stats["dropped"] = stats.get("dropped", 0) + 1
-            sock.close() if sock else None
-            sock = None
+            bump(stats, "let_go")
+            sock = sock.close() if sock else None
             time.sleep(0.01)
     sock.close() if sock else None
 
@@ -264,20 +271,21 @@ def flood_metrics_get(port, stop, deadline, stats, lock):
                     if not chunk:
                         break
                     data += chunk
-            key = "ok" if data.startswith(b"HTTP/1.") and b" 200 " in data[:20] else "bad"
+            key = "get_ok" if data.startswith(b"HTTP/1.") and b" 200 " in data[:20] else "get_bad"
         except OSError:
-            key = "failed"
+            key = "get_failed"
             time.sleep(0.01)
         with lock:
-            stats[key] = stats.get(key, 0) + 1
+            bump(stats, key)
 
 
 def slowloris(port, stop, deadline, stats):
     text = b"GET /metrics HTTP/1.1\r\nX-Slow: " + b"a" * 10000
     while not stop.is_set() and time.time() < deadline:
+        t0 = time.monotonic()
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-                stats["slow_connections"] = stats.get("slow_connections", 0) + 1
+                bump(stats, "slow_connections")
                 for byte in text[:int(deadline - time.time()) + 2]:
                     s.sendall(bytes([byte]))
                     if stop.wait(1.0):
@@ -285,7 +293,8 @@ def slowloris(port, stop, deadline, stats):
                     if select.select([s], [], [], 0)[0] and not s.recv(4096):
                         raise ConnectionResetError("closed")
         except OSError:
-            stats["slow_closed"] = stats.get("slow_closed", 0) + 1
+            bump(stats, "slow_let_go")
+            stats["slow_held_s"] = round(time.monotonic() - t0)
             time.sleep(0.1)
 
 
@@ -303,9 +312,11 @@ def cmd_flood(args, srv):
     stop, stats, lock, threads = threading.Event(), {}, threading.Lock(), []
     t_start, deadline = time.monotonic(), time.time() + args.seconds
     if args.kind == "control":
-        threads.append(threading.Thread(target=flood_control, args=(srv, stop, deadline, stats)))
+        connect = lambda: (lambda s: (s.connect(srv.control), s)[1])(socket.socket(socket.AF_UNIX))
+        threads.append(threading.Thread(target=flood_stream, args=(connect, False, stop, deadline, stats)))
     elif args.kind == "bridge":
-        threads.append(threading.Thread(target=flood_bridge, args=(ports[names[0]], stop, deadline, stats)))
+        connect = lambda: socket.create_connection(("127.0.0.1", ports[names[0]]), timeout=5)
+        threads.append(threading.Thread(target=flood_stream, args=(connect, True, stop, deadline, stats)))
     else:
         threads += [threading.Thread(target=flood_metrics_get, args=(srv.metrics_port, stop, deadline, stats, lock))
                     for _ in range(8)]
@@ -314,18 +325,21 @@ def cmd_flood(args, srv):
         t.daemon = True
         t.start()
     print(f"flood {args.kind}: {len(threads)} client thread(s) for {args.seconds} s; ctl list every 0.5 s")
-    latencies, failures, not_open_seen, rss_peak, tick = [], [], 0, 0, time.monotonic()
+    latencies, raw, failures, not_open_seen, rss_peak, tick = [], [], [], 0, 0, time.monotonic()
+    cpu0 = cpu_seconds(srv.proc.pid)
     try:
-        while time.time() < deadline:
-            reply, seconds, raw = srv.ctl("list")
+        while time.time() < deadline and srv.proc.poll() is None:
+            reply, seconds, out = srv.ctl("list")
             latencies.append(seconds)
             if reply is None or not reply.get("ok"):
-                failures.append(raw.strip()[:200])
+                failures.append(out.strip()[:200])
             else:
                 not_open_seen += sum(1 for t in reply["terminals"] if t["state"] != "open")
-            rss_peak = max(rss_peak, rss_kib(srv.proc.pid)) if srv.proc.poll() is None else rss_peak
+            raw.append(srv.raw_list())
+            rss_peak = max(rss_peak, rss_kib(srv.proc.pid))
             tick += 0.5
             time.sleep(max(0.0, min(tick - time.monotonic(), deadline - time.time())))
+        cpu = cpu_seconds(srv.proc.pid) - cpu0
     finally:
         stop.set()
         for t in threads:
@@ -335,12 +349,16 @@ def cmd_flood(args, srv):
     open_at_end = sum(1 for n in names if final.get(n) == "open")
     closed = srv.closed_events(t_start)
     worst, p50 = 1000 * max(latencies, default=0), 1000 * percentile(latencies, 0.5)
+    answered = [r for r in raw if r is not None]
     print(f"flood clients: {json.dumps(stats, sort_keys=True)}")
     print(f"ctl list: {len(latencies)} calls, {len(failures)} failed, worst {worst:.0f} ms, p50 {p50:.0f} ms, "
           f"p90 {1000 * percentile(latencies, 0.9):.0f} ms; terminals not open across the polls: {not_open_seen}")
+    print(f"list on our own socket (no ctl process): {len(raw) - len(answered)} unanswered, "
+          f"worst {1000 * max(answered, default=0):.0f} ms, p50 {1000 * percentile(answered, 0.5):.0f} ms")
     for f in failures[:5]:
         print(f"  failed: {f}")
-    print(f"serve: RSS peak {rss_peak} KiB, {'running' if srv.proc.poll() is None else f'exited {srv.proc.returncode}'}")
+    print(f"serve: {cpu:.1f} s of CPU during the flood ({100 * cpu / args.seconds:.0f}% of a core), RSS peak {rss_peak} KiB, "
+          f"{'running' if srv.proc.poll() is None else f'exited {srv.proc.returncode}'}")
     print(f"closed events during the flood: {len(closed)}; terminals not open at the end: {len(names) - open_at_end}")
     for e in closed[:5]:
         print(f"  {json.dumps(e)}")
@@ -375,21 +393,25 @@ def cmd_nofile(args, srv):
             pass
     print(f"clients on a's bridge: {len(clients)} connected, {refused} refused at connect, {held} still connected after 2 s")
     try:
+        t_kill = time.monotonic()
         srv.sims["b"].kill()
         srv.sims["b"].wait(5)
-        t_kill = time.monotonic()
+        while time.monotonic() - t_kill < 10 and not srv.event_for("closed", "b", t_kill):
+            time.sleep(0.05)
+        print(f"b: simulator killed; serve's closed event after {time.monotonic() - t_kill:.1f} s: "
+              f"{json.dumps(srv.event_for('closed', 'b', t_kill))}")
         srv.simulator("b")
         t_new, b_reopen, ctl_worst = time.monotonic(), None, 0.0
         while time.monotonic() - t_new < 30:
             reply, seconds, _ = srv.ctl("list")
             ctl_worst = max(ctl_worst, seconds)
             states = {t["name"]: t["state"] for t in (reply or {}).get("terminals", [])}
-            if states.get("b") == "open":
+            if states.get("b") == "open" and srv.event_for("opened", "b", t_new):
                 b_reopen = time.monotonic() - t_new
                 break
             time.sleep(0.2)
-        print(f"b: simulator killed and started again ({t_new - t_kill:.1f} s later); "
-              + (f"open again {b_reopen:.1f} s after its new link" if b_reopen is not None else "not open within 30 s"))
+        print(f"b: a new simulator on the same link; "
+              + (f"open again {b_reopen:.1f} s after it made its link" if b_reopen is not None else "not open within 30 s"))
         reply, seconds, raw = srv.ctl("list")
         ctl_worst = max(ctl_worst, seconds)
         print(f"ctl list: {'ok' if reply and reply.get('ok') else 'FAILED ' + raw.strip()[:200]} in {1000 * seconds:.0f} ms;"
@@ -419,24 +441,24 @@ def cmd_idle_control(args, srv):
             s.connect(srv.control)
             s.setblocking(False)
             conns.append(s)
-        print(f"{len(conns)} idle connections to the control socket; waiting 15 s")
-        time.sleep(15)
-        closed, greeted = 0, 0
-        for s in conns:
-            try:
-                while True:
+        print(f"{len(conns)} idle connections to the control socket; watching them for 15 s")
+        t0, closed_at, greeted = time.monotonic(), {}, 0
+        while time.monotonic() - t0 < 15:
+            for s in select.select([s for s in conns if s not in closed_at], [], [], 0.2)[0]:
+                try:
                     data = s.recv(65536)
+                    greeted += 1 if data else 0
                     if not data:
-                        closed += 1
-                        break
-                    greeted += 1
-            except BlockingIOError:
-                pass
-            except OSError:
-                closed += 1
+                        closed_at[s] = time.monotonic() - t0
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    closed_at[s] = time.monotonic() - t0
+        closed, times = len(closed_at), sorted(closed_at.values())
+        print(f"closed by the server: {closed} of {len(conns)} ({greeted} reads with data)"
+              + (f", after {times[0]:.1f} to {times[-1]:.1f} s" if times else ""))
         reply, seconds, raw = srv.ctl("list")
         answered = bool(reply and reply.get("ok"))
-        print(f"closed by the server: {closed} of {len(conns)} ({greeted} sent something first)")
         print(f"ctl list: {'ok' if answered else 'FAILED: ' + raw.strip()[:300]} in {1000 * seconds:.0f} ms")
     finally:
         for s in conns:
@@ -461,8 +483,11 @@ def cmd_secrets(args, srv):
     srv.terminal("good")
     srv.wait_open(["good"], 60)
     os.symlink(secret_file, os.path.join(srv.conf, "evil.conf"))
+    t_added = time.monotonic()
     srv.terminal("pcapper", f"pcap {accounts}")
-    srv.wait_open(["good", "pcapper"], 20)
+    while time.monotonic() - t_added < 20 and not srv.event_for("opened", "pcapper", t_added) \
+            and not srv.event_for("closed", "pcapper", t_added):
+        time.sleep(0.1)
     time.sleep(3)
     srv.ctl("reload")
     time.sleep(1)
@@ -470,13 +495,11 @@ def cmd_secrets(args, srv):
     log, events = srv.log_text(), "\n".join(e if isinstance(e, str) else json.dumps(e) for _, e in srv.events)
     after = digest()
     seen = [where for where, text in (("log", log), ("events", events), ("list", listed)) if secret in text]
-    print("serve's log on evil.conf and the pcap file:")
-    for line in log.splitlines():
-        if "evil.conf" in line or "accounts.db" in line or "pcapper" in line:
-            print(f"  {line}")
-    for _, e in srv.events:
-        if "evil" in str(e) or "accounts" in str(e):
-            print(f"  event: {e if isinstance(e, str) else json.dumps(e)}")
+    print("serve's log and events on evil.conf and the pcap file (each distinct line once, with its count):")
+    shown = [l for l in log.splitlines() if "evil.conf" in l or "accounts.db" in l or "pcapper" in l]
+    shown += ["event: " + (e if isinstance(e, str) else json.dumps(e)) for _, e in srv.events if "evil" in str(e) or "accounts" in str(e)]
+    for line in dict.fromkeys(shown):
+        print(f"  {shown.count(line)}× {line}")
     print(f"secret seen in: {', '.join(seen) or 'nowhere'}; accounts.db sha256 {before[:16]}… → {after[:16]}…, "
           f"mode {oct(os.stat(accounts).st_mode & 0o777)}")
     return result("secrets", not seen and before == after, secret_seen=",".join(seen) or "no",

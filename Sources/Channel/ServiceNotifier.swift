@@ -54,6 +54,8 @@ public final class ServiceNotifier {
     public static func watchdogInterval(environment: [String: String]) -> Duration? {
         guard let text = environment["WATCHDOG_USEC"], let usec = UInt64(text), usec > 0 else { return nil }
         if let pid = environment["WATCHDOG_PID"], Int32(pid) != getpid() { return nil }
-        return .microseconds(Int64(clamping: usec / 2))
+        // Half the timeout, as sd_watchdog_enabled(3) advises, but never under 100 ms: a tiny
+        // WATCHDOG_USEC (1) would otherwise make the pings a busy loop.
+        return .microseconds(max(Int64(clamping: usec / 2), 100_000))
     }
 }

@@ -43,7 +43,7 @@ struct DemoCommand {
             case "--no-payment":
                 payment = false
             case "--bytes":
-                guard let v = it.next(), let n = Int(v), n > 0 else { error("pppbridge demo: --bytes takes a count"); return CommandLineTool.Status.usage }
+                guard let v = it.next(), let n = decimal(v, as: Int.self), n > 0 else { error("pppbridge demo: --bytes takes a count"); return CommandLineTool.Status.usage }
                 bytes = n
             default:
                 error("pppbridge demo: unknown option \(a)")

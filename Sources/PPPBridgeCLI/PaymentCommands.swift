@@ -65,7 +65,7 @@ struct ReaderOptions {
             pattern = v
         case "--proximity": proximity = true
         case "--timeout":
-            guard let v = value(), let n = UInt(v) else { return .bad("--timeout takes whole seconds") }
+            guard let v = value(), let n = decimal(v, as: UInt.self) else { return .bad("--timeout takes whole seconds") }
             discoveryTimeout = n
         case "--allow":
             guard let v = value(), DiscoveredReader.isUUID(v) else { return .bad("--allow takes a UUID (8-4-4-4-12 hex digits)") }
@@ -92,7 +92,7 @@ struct ReaderOptions {
             guard let v = value() else { return .bad("--password needs a value") }
             password = v
         case "--reader-port":
-            guard let v = value(), let n = UInt16(v), n > 0 else { return .bad("--reader-port takes a port") }
+            guard let v = value(), let n = decimal(v, as: UInt16.self), n > 0 else { return .bad("--reader-port takes a port") }
             readerPort = n
         case "--pcap":
             guard let v = value() else { return .bad("--pcap needs a file") }

@@ -78,7 +78,7 @@ struct RunOptions {
         }
         func number(_ flag: String) -> Int? {
             guard let v = value(flag) else { return nil }
-            guard let n = Int(v), n >= 0 else {
+            guard let n = decimal(v, as: Int.self) else {
                 complain("\(flag) takes a non-negative number, not '\(v)'")
                 return nil
             }
@@ -184,7 +184,7 @@ struct RunOptions {
                     complain("--services takes echo, discard, chargen and daytime, not '\(item)'"); return false
                 }
                 if parts.count == 2 {
-                    guard let port = UInt16(parts[1]), port > 0 else { complain("--services: '\(item)' is not NAME:PORT"); return false }
+                    guard let port = decimal(parts[1], as: UInt16.self), port > 0 else { complain("--services: '\(item)' is not NAME:PORT"); return false }
                     servicePorts[service] = port
                 }
                 services.append(service)
@@ -212,7 +212,7 @@ struct RunOptions {
         case "--bridge":
             guard let v = value(a) else { return false }
             let parts = v.split(separator: ":")
-            guard parts.count == 2, let kind = BridgeKind(rawValue: String(parts[0])), let port = UInt16(parts[1]), port > 0 else {
+            guard parts.count == 2, let kind = BridgeKind(rawValue: String(parts[0])), let port = decimal(parts[1], as: UInt16.self), port > 0 else {
                 complain("--bridge takes host:PORT, local:PORT or terminal:PORT, not '\(v)'"); return false
             }
             bridges.append(BridgeSpec(kind, port: port))
@@ -234,8 +234,9 @@ struct RunOptions {
             socksUsers[String(v[..<colon])] = String(v[v.index(after: colon)...])
         case "--keepalive":
             guard let v = value(a) else { return false }
-            let n = v.split(separator: ",").compactMap { Int32($0) }
-            guard n.count == 3, KeepAliveSettings(idleSeconds: n[0], probeIntervalSeconds: n[1], probeCount: n[2]).isValid else {
+            let words = v.split(separator: ",", omittingEmptySubsequences: false)
+            let n = words.compactMap { decimal($0, as: Int32.self) }
+            guard words.count == 3, n.count == 3, KeepAliveSettings(idleSeconds: n[0], probeIntervalSeconds: n[1], probeCount: n[2]).isValid else {
                 complain("--keepalive takes IDLE,INTERVAL,COUNT (seconds, seconds, probes; 1–32767, 1–32767, 1–127)"); return false
             }
             keepAlive = KeepAliveSettings(idleSeconds: n[0], probeIntervalSeconds: n[1], probeCount: n[2])
@@ -243,7 +244,7 @@ struct RunOptions {
             guard let v = value(a) else { return false }
             let parts = v.split(separator: ":")
             guard (1...2).contains(parts.count), let address = IPv4Address(String(parts[0])),
-                  let port = parts.count == 2 ? UInt16(parts[1]) : 53 else {
+                  let port = parts.count == 2 ? decimal(parts[1], as: UInt16.self) : 53 else {
                 complain("--dns-upstream takes ADDR[:PORT]"); return false
             }
             dnsUpstream = TCPEndpoint(address, port)

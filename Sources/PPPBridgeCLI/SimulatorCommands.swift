@@ -82,7 +82,7 @@ struct GatewayCommand {
                 output(GatewayCommand.usage)
                 return 0
             case "--port":
-                guard let v = it.next(), let n = UInt16(v) else { error("pppbridge gateway: --port takes a port"); return 2 }
+                guard let v = it.next(), let n = decimal(v, as: UInt16.self) else { error("pppbridge gateway: --port takes a port"); return 2 }
                 port = n
             case "--offer-update":
                 guard let v = it.next(), UpdateOffer.isVersion(v) else { error("pppbridge gateway: --offer-update needs a version of dotted digits"); return 2 }
@@ -97,7 +97,7 @@ struct GatewayCommand {
                 }
             case "--required": required = true
             case "--update-size":
-                guard let v = it.next(), let n = Int(v), (1...(64 << 20)).contains(n) else { error("pppbridge gateway: --update-size takes 1 B to 64 MiB"); return 2 }
+                guard let v = it.next(), let n = decimal(v, as: Int.self), (1...(64 << 20)).contains(n) else { error("pppbridge gateway: --update-size takes 1 B to 64 MiB"); return 2 }
                 size = n
             case "--signing-key":
                 guard let v = it.next() else { error("pppbridge gateway: --signing-key needs a file"); return 2 }
@@ -237,7 +237,7 @@ struct TerminalCommand {
                 guard let v = it.next(), !v.isEmpty, !v.contains("/") else { error("pppbridge terminal: --serial needs a name"); return 2 }
                 serial = v
             case "--reader-port":
-                guard let v = it.next(), let n = UInt16(v), n > 0 else { error("pppbridge terminal: --reader-port takes a port"); return 2 }
+                guard let v = it.next(), let n = decimal(v, as: UInt16.self), n > 0 else { error("pppbridge terminal: --reader-port takes a port"); return 2 }
                 readerPort = n
             case "--control":
                 guard let v = it.next(), !v.isEmpty else { error("pppbridge terminal: --control needs a path"); return 2 }

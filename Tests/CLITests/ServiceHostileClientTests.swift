@@ -328,3 +328,83 @@ private func receiveNow(_ fd: Int32) -> [UInt8]? {
         loop.advance(by: .seconds(10))
     }
 }
+
+/// The smaller doors: numbers written as people write them, a watchdog that cannot spin, a
+/// control socket made at its mode, and a client that neither hangs nor talks to a stranger.
+@Suite struct ServiceSmallDoorsTests {
+    @Test func numbersAreDecimalDigitsOnly() {
+        #expect(BridgeSpec(parsing: "host:+17002") == nil)
+        #expect(BridgeSpec(parsing: "host: 17002") == nil)
+        #expect(BridgeSpec(parsing: "host:17002")?.port == 17002)
+        #expect(decimal("0x10", as: Int.self) == nil && decimal("-1", as: Int.self) == nil && decimal("", as: Int.self) == nil)
+        #expect(decimal("99999", as: UInt16.self) == nil && decimal("65535", as: UInt16.self) == 65535)
+        func parses(_ text: String) -> Bool {
+            if case .success = TerminalFile.parse(Array(text.utf8), name: "t", path: "/t.conf", defaults: .init(), environment: [:]) { return true }
+            return false
+        }
+        #expect(!parses("device /dev/ttyACM0\nkeepalive 60,x,10,5\n"))
+        #expect(!parses("device /dev/ttyACM0\nkeepalive 60,,10\n"))
+        #expect(!parses("device /dev/ttyACM0\nbridge host:+17002\n"))
+        #expect(parses("device /dev/ttyACM0\nkeepalive 60,10,5\nbridge host:17002\n"))
+        #expect(CtlCommand.request(["set-keepalive", "t", "60,x,10,5"]) == nil)
+        #expect(CtlCommand.request(["set-keepalive", "t", "60,10,5"]) != nil)
+    }
+
+    @Test func aTinyWatchdogTimeoutStillLeavesTheLoopIdle() {
+        #expect(ServiceNotifier.watchdogInterval(environment: ["WATCHDOG_USEC": "1"]) == .milliseconds(100))
+        #expect(ServiceNotifier.watchdogInterval(environment: ["WATCHDOG_USEC": "30000000"]) == .seconds(15))
+        #expect(ServiceNotifier.watchdogInterval(environment: ["WATCHDOG_USEC": "0"]) == nil)
+    }
+
+    @Test func theControlSocketIsMadeAtItsMode() throws {
+        let scratch = try ServiceScratch()
+        let path = scratch.path + "/control"
+        let fd = try UnixSocket.listen(at: path, mode: 0o660)
+        defer { close(fd) }
+        var st = stat()
+        #expect(lstat(path, &st) == 0)
+        #expect(st.st_mode & 0o777 == 0o660)
+    }
+
+    /// A socket that takes the connection and never answers: ctl gives up after its timeout.
+    @Test func ctlGivesUpOnAServiceThatDoesNotAnswer() throws {
+        let scratch = try ServiceScratch()
+        let path = scratch.path + "/control"
+        let fd = try UnixSocket.listen(at: path, mode: 0o600)
+        defer { close(fd) }
+        var errors: [String] = []
+        let started = monotonicNow()
+        let status = CtlCommand(output: { _ in }, error: { errors.append($0) }).run(["--control", path, "--timeout", "0.3", "list"])
+        #expect(status == 1)
+        #expect(monotonicNow() - started < .seconds(5))
+        #expect(errors.joined().contains("no reply within"), "\(errors)")
+    }
+
+    /// A socket another user planted in a directory others may write: ctl does not send it a
+    /// word.
+    @Test func ctlTalksOnlyToAServiceThatOwnsItsSocket() throws {
+        guard geteuid() == 0 else { return }
+        let scratch = try ServiceScratch()
+        let shared = scratch.path + "/shared"
+        #expect(mkdir(shared, 0o1777) == 0 && chmod(shared, 0o1777) == 0 && chmod(scratch.path, 0o755) == 0)
+        let path = shared + "/control"
+        let planter = Process()
+        planter.executableURL = URL(fileURLWithPath: "/usr/bin/setpriv")
+        planter.arguments = ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c",
+                             "import socket,sys,time; s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(4); print('up', flush=True); c,_=s.accept(); d=c.recv(100); print('got', len(d), flush=True); time.sleep(2)",
+                             path]
+        let out = Pipe()
+        planter.standardOutput = out
+        try planter.run()
+        defer { planter.terminate() }
+        let up = out.fileHandleForReading.availableData
+        #expect(String(decoding: up, as: UTF8.self).hasPrefix("up"))
+        var errors: [String] = []
+        let status = CtlCommand(output: { _ in }, error: { errors.append($0) }).run(["--control", path, "--timeout", "1", "list"])
+        #expect(status == 1)
+        #expect(errors.joined().contains("does not own the socket and its directory"), "\(errors)")
+        planter.waitUntilExit()
+        let said = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(said.contains("got 0"), "the planted socket was sent: \(said)")
+    }
+}

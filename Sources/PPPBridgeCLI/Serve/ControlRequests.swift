@@ -111,7 +111,7 @@ extension BridgeSpec {
     /// `host:PORT`, `local:PORT` or `terminal:PORT`.
     init?(parsing text: String) {
         let parts = text.split(separator: ":", omittingEmptySubsequences: false)
-        guard parts.count == 2, let kind = BridgeKind(rawValue: String(parts[0])), let port = UInt16(parts[1]), port > 0 else { return nil }
+        guard parts.count == 2, let kind = BridgeKind(rawValue: String(parts[0])), let port = decimal(parts[1], as: UInt16.self), port > 0 else { return nil }
         self.init(kind, port: port)
     }
 }

@@ -126,8 +126,9 @@ struct CtlCommand {
         case ("add-bridge", 3), ("remove-bridge", 3):
             return ["cmd": .string(words[0]), "terminal": .string(words[1]), "bridge": .string(words[2])]
         case ("set-keepalive", 3):
-            let n = words[2].split(separator: ",").compactMap { Int64($0) }
-            guard n.count == 3 else { return nil }
+            let parts = words[2].split(separator: ",", omittingEmptySubsequences: false)
+            let n = parts.compactMap { decimal($0, as: Int64.self) }
+            guard parts.count == 3, n.count == 3 else { return nil }
             return ["cmd": "set-keepalive", "terminal": .string(words[1]), "idle": .integer(n[0]), "interval": .integer(n[1]), "count": .integer(n[2])]
         default: return nil
         }

@@ -67,14 +67,14 @@ struct ServeCommand {
             case "--metrics":
                 guard let v = value(a) else { return usageStatus }
                 let parts = v.split(separator: ":")
-                guard parts.count == 2, let address = IPv4Address(String(parts[0])), let port = UInt16(parts[1]) else {
+                guard parts.count == 2, let address = IPv4Address(String(parts[0])), let port = decimal(parts[1], as: UInt16.self) else {
                     error("pppbridge serve: --metrics takes ADDR:PORT, not '\(v)'")
                     return usageStatus
                 }
                 metrics = TCPEndpoint(address, port)
             case "--holdoff", "--maxfail":
                 guard let v = value(a) else { return usageStatus }
-                guard let n = Int(v), (0...86_400).contains(n) else {
+                guard let n = decimal(v, as: Int.self), (0...86_400).contains(n) else {
                     error("pppbridge serve: \(a) takes a number, 0–86400")
                     return usageStatus
                 }
