@@ -321,11 +321,14 @@ def cmd_flood(args, srv):
         threads += [threading.Thread(target=flood_metrics_get, args=(srv.metrics_port, stop, deadline, stats, lock))
                     for _ in range(8)]
         threads.append(threading.Thread(target=slowloris, args=(srv.metrics_port, stop, deadline, stats)))
+    raw = []  # list on our own socket beside ctl's: the loop's latency without a process to start
+    threads.append(threading.Thread(target=lambda: [raw.append(srv.raw_list()) for _ in range(4 * args.seconds)
+                                                    if not stop.wait(0.5) and time.time() < deadline]))
     for t in threads:
         t.daemon = True
         t.start()
-    print(f"flood {args.kind}: {len(threads)} client thread(s) for {args.seconds} s; ctl list every 0.5 s")
-    latencies, raw, failures, not_open_seen, rss_peak, tick = [], [], [], 0, 0, time.monotonic()
+    print(f"flood {args.kind}: {len(threads) - 1} client thread(s) for {args.seconds} s; ctl list every 0.5 s")
+    latencies, failures, not_open_seen, rss_peak, tick = [], [], 0, 0, time.monotonic()
     cpu0 = cpu_seconds(srv.proc.pid)
     try:
         while time.time() < deadline and srv.proc.poll() is None:
@@ -335,7 +338,6 @@ def cmd_flood(args, srv):
                 failures.append(out.strip()[:200])
             else:
                 not_open_seen += sum(1 for t in reply["terminals"] if t["state"] != "open")
-            raw.append(srv.raw_list())
             rss_peak = max(rss_peak, rss_kib(srv.proc.pid))
             tick += 0.5
             time.sleep(max(0.0, min(tick - time.monotonic(), deadline - time.time())))

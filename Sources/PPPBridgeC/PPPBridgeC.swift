@@ -1,9 +1,14 @@
 import Channel
 import Glibc
 import NetStack
+import Synchronization
 
-// The C API of `include/pppbridge.h`: each `pb_channel *` is a retained `CChannel`, whose
-// channel runs on the library's shared event loop (a thread of its own).
+// The C API of `include/pppbridge.h`. A `pb_channel *` is not a pointer to anything: it is a
+// number handed out once (never again, for the life of the process) and looked up in a table,
+// so a handle that was destroyed, or never was, is told apart and answered PB_INVALID instead
+// of being followed into freed memory. Every channel runs on the library's shared event loop
+// (a thread of its own), made on the first create; a failure to make it (no descriptors, no
+// thread) is create's NULL and errno, never a trap.
 
 public typealias DidOpen = @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void
 public typealias DidClose = @convention(c) (OpaquePointer?, Int32, UnsafeMutableRawPointer?) -> Void
@@ -18,8 +23,16 @@ final class CChannel: ChannelDelegate, @unchecked Sendable {
     /// Four 16-byte buffers ("255.255.255.255" and its NUL), rewritten on the loop's thread.
     let addresses = UnsafeMutablePointer<CChar>.allocate(capacity: 64)
 
-    init(device: String, context: UnsafeMutableRawPointer?, didOpen: DidOpen?, didClose: DidClose?) {
-        channel = Channel(configuration: ChannelConfiguration(line: .device(device)), loop: .shared)
+    /// The handle C holds.
+    let handle: OpaquePointer
+    /// Whether the last link reached IPCP: a reopen from did-close of a link that never did
+    /// waits `failedReopenDelay` (a missing device would otherwise be retried every turn).
+    var lastLinkOpened = false
+    static let failedReopenDelay = Duration.seconds(1)
+
+    init(device: String, loop: EventLoop, handle: OpaquePointer, context: UnsafeMutableRawPointer?, didOpen: DidOpen?, didClose: DidClose?) {
+        self.handle = handle
+        channel = Channel(configuration: ChannelConfiguration(line: .device(device)), loop: loop)
         self.context = context
         self.didOpen = didOpen
         self.didClose = didClose
@@ -28,8 +41,6 @@ final class CChannel: ChannelDelegate, @unchecked Sendable {
     }
 
     deinit { addresses.deallocate() }
-
-    var handle: OpaquePointer { OpaquePointer(Unmanaged.passUnretained(self).toOpaque()) }
 
     func address(_ index: Int) -> UnsafePointer<CChar> { UnsafePointer(addresses + 16 * index) }
 
@@ -40,6 +51,7 @@ final class CChannel: ChannelDelegate, @unchecked Sendable {
     }
 
     func channelDidOpen(_ channel: Channel) {
+        lastLinkOpened = true
         if let a = channel.currentAddresses {
             store(a.ip.description, at: 0)
             store(a.submask.description, at: 1)
@@ -62,9 +74,14 @@ final class CChannel: ChannelDelegate, @unchecked Sendable {
     }
 }
 
+/// The live channels by handle. Handles count up from 1 (shifted, so no handle is a small
+/// integer a careless caller might pass) and are never reused.
+private let channels = Mutex<(next: UInt, table: [UInt: CChannel])>((1, [:]))
+
 private func unwrap(_ p: OpaquePointer?) -> CChannel? {
     guard let p else { return nil }
-    return Unmanaged<CChannel>.fromOpaque(UnsafeRawPointer(p)).takeUnretainedValue()
+    let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(p)))
+    return channels.withLock { $0.table[key] }
 }
 
 private let invalid: Int32 = -6
@@ -74,25 +91,52 @@ private let noSuchBridge: Int32 = -5
 @_cdecl("pb_channel_create")
 public func pb_channel_create(_ device: UnsafePointer<CChar>?, _ context: UnsafeMutableRawPointer?,
                               _ didOpen: DidOpen?, _ didClose: DidClose?) -> OpaquePointer? {
-    guard let device, device.pointee != 0 else { return nil }
-    let c = CChannel(device: String(cString: device), context: context, didOpen: didOpen, didClose: didClose)
-    return OpaquePointer(Unmanaged.passRetained(c).toOpaque())
+    guard let device, device.pointee != 0 else {
+        errno = EINVAL
+        return nil
+    }
+    let loop: EventLoop
+    do { loop = try EventLoop.sharedLoop() } catch {
+        errno = error.errno
+        return nil
+    }
+    let key = channels.withLock { state -> UInt in
+        let key = state.next << 4 | 0x1
+        state.next &+= 1
+        return key
+    }
+    guard let raw = UnsafeRawPointer(bitPattern: key) else {
+        errno = EOVERFLOW
+        return nil
+    }
+    let handle = OpaquePointer(raw)
+    let c = CChannel(device: String(cString: device), loop: loop, handle: handle, context: context, didOpen: didOpen, didClose: didClose)
+    channels.withLock { $0.table[key] = c }
+    return handle
 }
 
 @_cdecl("pb_open_channel")
 public func pb_open_channel(_ p: OpaquePointer?) -> Int32 {
     guard let c = unwrap(p) else { return invalid }
     if c.channel.loop.inLoop && c.inDidClose {
-        c.channel.loop.schedule(at: c.channel.loop.now) { [weak c] in try? c?.channel.start() }
+        // From did-close: on a later turn, and a second later when the link never came up
+        // (a device that is missing fails again at once), as pppd's holdoff would.
+        let loop = c.channel.loop
+        let at = c.lastLinkOpened ? loop.now : loop.now + CChannel.failedReopenDelay
+        c.lastLinkOpened = false
+        loop.schedule(at: at) { [weak c] in try? c?.channel.start() }
         return 0
     }
+    c.lastLinkOpened = false
     do { try c.channel.start() } catch { return openFailed }
     return 0
 }
 
 @_cdecl("pb_close_channel")
-public func pb_close_channel(_ p: OpaquePointer?) {
-    unwrap(p)?.channel.requestClose()
+public func pb_close_channel(_ p: OpaquePointer?) -> Int32 {
+    guard let c = unwrap(p) else { return invalid }
+    c.channel.requestClose()
+    return 0
 }
 
 private func addBridge(_ p: OpaquePointer?, _ kind: BridgeKind, _ port: UInt16) -> Int32 {
@@ -118,10 +162,12 @@ public func pb_remove_bridge(_ p: OpaquePointer?, _ kind: Int32, _ port: UInt16)
 }
 
 @_cdecl("pb_set_keepalive")
-public func pb_set_keepalive(_ p: OpaquePointer?, _ idle: UInt32, _ interval: UInt32, _ count: UInt32) {
-    guard let c = unwrap(p), let i = Int32(exactly: idle), let v = Int32(exactly: interval), let n = Int32(exactly: count) else { return }
+public func pb_set_keepalive(_ p: OpaquePointer?, _ idle: UInt32, _ interval: UInt32, _ count: UInt32) -> Int32 {
+    guard let c = unwrap(p), let i = Int32(exactly: idle), let v = Int32(exactly: interval), let n = Int32(exactly: count) else { return invalid }
     let k = KeepAliveSettings(idleSeconds: i, probeIntervalSeconds: v, probeCount: n)
-    if k.isValid { c.channel.setKeepAlive(k) }
+    guard k.isValid else { return invalid }
+    c.channel.setKeepAlive(k)
+    return 0
 }
 
 nonisolated(unsafe) private let empty: UnsafePointer<CChar> = {
@@ -143,9 +189,13 @@ public func pb_dns(_ p: OpaquePointer?) -> UnsafePointer<CChar> { unwrap(p)?.add
 public func pb_terminal_ip(_ p: OpaquePointer?) -> UnsafePointer<CChar> { unwrap(p)?.address(3) ?? empty }
 
 @_cdecl("pb_channel_destroy")
-public func pb_channel_destroy(_ p: OpaquePointer?) {
-    guard let p else { return }
-    let c = Unmanaged<CChannel>.fromOpaque(UnsafeRawPointer(p)).takeRetainedValue()
+public func pb_channel_destroy(_ p: OpaquePointer?) -> Int32 {
+    guard let p else { return invalid }
+    let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(p)))
+    // Out of the table first: from here on every call with this handle is PB_INVALID, and a
+    // second destroy finds nothing to free.
+    guard let c = channels.withLock({ $0.table.removeValue(forKey: key) }) else { return invalid }
     // No callback after this returns: the delegate is let go on the loop first.
     c.channel.loop.sync { c.channel.delegate = nil }
+    return 0
 }

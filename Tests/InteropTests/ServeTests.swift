@@ -274,6 +274,27 @@ import Testing
         #expect(Self.states(renamed.reply) == ["b": "closed", "c": "open"], "\(renamed.reply)")
     }
 
+    /// Handles used after destroy, destroyed twice or never created, a reopen from did-close on
+    /// a missing device, and a descriptor limit too low for the loop: errors, never a trap or a
+    /// hang (`Tools/CExample/pb_handles.c`).
+    @Test func theCAPINeverKillsOrHangsItsHost() async throws {
+        let directory = NSTemporaryDirectory() + "pppbridge-capi-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let products = URL(fileURLWithPath: BridgeProcess.binary).deletingLastPathComponent().path
+        let program = directory + "/pb_handles"
+        let compiled = try await runCommand("/usr/bin/gcc", ["-Wall", "-Wextra", "-Werror", "-o", program, packageRoot + "/Tools/CExample/pb_handles.c",
+                                                              "-I", packageRoot + "/Sources/PPPBridgeC/include", "-L", products, "-lPPPBridgeC",
+                                                              "-Wl,-rpath," + products, "-pthread"], timeout: 120)
+        #expect(compiled.status == 0, "\(compiled.output)")
+        let run = try await runCommand(program, [], timeout: 60)
+        #expect(run.status == 0 && run.output.contains("pb_handles: ok"), "\(run.output)")
+        #expect(!run.output.contains("NOT as expected"), "\(run.output)")
+        // Room for the loader and the runtime, none for the loop's epoll and pipe.
+        let starved = try await runCommand("/usr/bin/prlimit", ["--nofile=5:5", program], timeout: 60)
+        #expect(starved.status == 0 && starved.output.contains("pb_handles: create failed cleanly: errno 24"), "\(starved.output)")
+    }
+
     @Test func theCExampleBuildsAndDrivesAChannel() async throws {
         let directory = NSTemporaryDirectory() + "pppbridge-capi-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)

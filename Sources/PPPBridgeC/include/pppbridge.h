@@ -6,7 +6,13 @@
  * Link with -lPPPBridgeC. Every channel runs on the library's event loop, one thread for all
  * channels. Callbacks run on that thread: keep them short, and call the pb_ functions from
  * them freely (a bridge added in did-open accepts connections at once, as in ICPPP) except
- * pb_channel_destroy. Every other function may be called from any thread. */
+ * pb_channel_destroy. Every other function may be called from any thread.
+ *
+ * The library never ends or hangs its host program: a resource it cannot get (descriptors,
+ * memory for a thread) is an error returned, never a trap, and a handle is checked on every
+ * call. A pb_channel * is a number the library hands out once and never again: a call with a
+ * handle that was destroyed, or never created, returns PB_INVALID (or "" for the address
+ * functions) and touches nothing. */
 #ifndef PPPBRIDGE_H
 #define PPPBRIDGE_H
 
@@ -38,7 +44,8 @@ typedef void (*pb_did_close_fn)(pb_channel *channel, int reason, void *context);
 #define PB_BRIDGE_NOT_STARTED       -3  /* the channel is not open */
 #define PB_BRIDGE_INIT_FAILED       -4  /* the port could not be listened on */
 #define PB_NO_SUCH_BRIDGE           -5  /* pb_remove_bridge: none of that kind on that port */
-#define PB_INVALID                  -6  /* a NULL channel, a port of 0, an unknown kind */
+#define PB_INVALID                  -6  /* a NULL, destroyed or unknown channel, a port of 0,
+                                           an unknown kind, keep-alive values out of range */
 #define PB_OPEN_FAILED              -7  /* pb_open_channel: the device could not be opened */
 
 /* pb_remove_bridge's kinds. */
@@ -48,18 +55,23 @@ typedef void (*pb_did_close_fn)(pb_channel *channel, int reason, void *context);
 
 /* A channel on `device` (a serial device or a pty; a symbolic link is followed at each open)
  * in the host role: we are 192.168.53.1, the terminal 192.168.53.2, with the SOCKS proxy on
- * port 1080 and the DNS relay. Nothing is opened yet. NULL when `device` is NULL or empty. */
+ * port 1080 and the DNS relay. Nothing is opened yet. The first call starts the library's
+ * event loop. NULL with errno set when it cannot: EINVAL (`device` NULL or empty), EMFILE or
+ * ENFILE (no descriptors for the loop), EAGAIN (no thread for it); a later call tries again. */
 pb_channel *pb_channel_create(const char *device, void *context,
                               pb_did_open_fn did_open, pb_did_close_fn did_close);
 
 /* Starts opening the link and returns at once; did-open follows when IP runs on it, or
  * did-close when it fails. 0: opening; PB_INVALID; PB_OPEN_FAILED when the device could not
  * be opened (did-close has then been called with PB_CLOSED_LINE_FAILED). Called from
- * did-close (to reconnect), the open starts on the loop's next turn and returns 0; a failure
- * is then a did-close of its own. */
+ * did-close (to reconnect), the open starts on a later turn of the loop and returns 0: at
+ * once when the link that closed had been open, a second later when it never came up (a
+ * missing device fails again at once: reopening it from did-close is retried once a second,
+ * never in a busy loop); a failure is then a did-close of its own. */
 int  pb_open_channel(pb_channel *channel);
-/* Closes the link (LCP Terminate-Request) and returns at once; did-close follows. */
-void pb_close_channel(pb_channel *channel);
+/* Closes the link (LCP Terminate-Request) and returns at once (0, or PB_INVALID); did-close
+ * follows. */
+int  pb_close_channel(pb_channel *channel);
 
 int  pb_add_host_to_terminal_bridge(pb_channel *channel, uint16_t port);
 int  pb_add_host_to_terminal_bridge_local(pb_channel *channel, uint16_t port);
@@ -67,9 +79,9 @@ int  pb_add_terminal_to_host_bridge(pb_channel *channel, uint16_t port);
 int  pb_remove_bridge(pb_channel *channel, int kind, uint16_t port);
 
 /* TCP keep-alive for the terminal's connections through the proxy: idle seconds before the
- * first probe, seconds between probes, unanswered probes. Values the kernel does not take
- * (0, or beyond 32767 / 32767 / 127) are ignored. */
-void pb_set_keepalive(pb_channel *channel, unsigned idle_s, unsigned interval_s, unsigned count);
+ * first probe, seconds between probes, unanswered probes. 0, or PB_INVALID for values the
+ * kernel does not take (0, or beyond 32767 / 32767 / 127), which change nothing. */
+int  pb_set_keepalive(pb_channel *channel, unsigned idle_s, unsigned interval_s, unsigned count);
 
 /* Dotted quads, valid from did-open until did-close is called; "" while closed. */
 const char *pb_ip(pb_channel *channel);
@@ -77,9 +89,10 @@ const char *pb_submask(pb_channel *channel);
 const char *pb_dns(pb_channel *channel);
 const char *pb_terminal_ip(pb_channel *channel);
 
-/* Closes the link without a word to the terminal if it is up and frees the channel. Not from
- * a callback. */
-void pb_channel_destroy(pb_channel *channel);
+/* Closes the link without a word to the terminal if it is up and frees the channel; no
+ * callback runs after it returns. 0, or PB_INVALID for a handle already destroyed (a second
+ * destroy is harmless) or never created. Not from a callback. */
+int  pb_channel_destroy(pb_channel *channel);
 
 #ifdef __cplusplus
 }
