@@ -5,7 +5,7 @@ let package = Package(
     name: "pppbridge",
     products: [
         // What terminal-proxy programs link.
-        .library(name: "PPPBridge", targets: ["Framing", "Wire", "PPP", "NetStack", "Capture", "Crypto", "Payment", "Channel", "PaymentKit"]),
+        .library(name: "PPPBridge", targets: ["Framing", "Wire", "PPP", "NetStack", "Capture", "Crypto", "Payment", "Channel", "PaymentKit", "Service"]),
         // The channel for C and every language that calls C (Sources/PPPBridgeC/include/pppbridge.h).
         .library(name: "PPPBridgeC", type: .dynamic, targets: ["PPPBridgeC"]),
         .executable(name: "pppbridge", targets: ["pppbridge"]),
@@ -51,8 +51,13 @@ let package = Package(
         // The C API: ICPPP's calls as C functions over `Channel`.
         .target(name: "PPPBridgeC", dependencies: ["Channel", "NetStack"], exclude: ["include"]),
 
+        // Many terminals from a configuration directory: the supervisor, the control protocol,
+        // metrics and the service manager's notifications; what `serve` runs and the C API's
+        // pb_service_* calls open.
+        .target(name: "Service", dependencies: ["Channel", "NetStack", "PPP", "Framing", "Capture", "Crypto"]),
+
         // The command-line tool: its commands live in a library so tests can drive them.
-        .target(name: "PPPBridgeCLI", dependencies: ["Framing", "PPP", "NetStack", "Capture", "Channel", "Crypto", "Payment", "PaymentKit"]),
+        .target(name: "PPPBridgeCLI", dependencies: ["Framing", "PPP", "NetStack", "Capture", "Channel", "Crypto", "Payment", "PaymentKit", "Service"]),
         .executableTarget(name: "pppbridge", dependencies: ["PPPBridgeCLI"]),
 
         // Benchmarks against a plain C implementation of RFC 1662's byte loop.
@@ -94,7 +99,7 @@ let package = Package(
         // The payment layer end to end: terminal simulator on a pty, our PPP link and stack, the
         // channel's bridge and SOCKS proxy, the gateway server, the host SDK.
         .testTarget(name: "PaymentFlowTests", dependencies: ["PaymentKit", "Payment", "Channel", "NetStack", "Crypto", "ChannelTestSupport"]),
-        .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Capture", "Channel", "Payment"]),
+        .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Service", "Capture", "Channel", "Payment"]),
         // Real peers: Debian's pppd in a QEMU VM (Tools/vmpeer) against the built `pppbridge`.
         .testTarget(name: "InteropTests", dependencies: ["pppbridge", "Crypto", "Channel", "NetStack", "ChannelTestSupport"]),
     ],

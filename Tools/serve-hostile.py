@@ -1,40 +1,39 @@
 #!/usr/bin/env python3
 """`pppbridge serve` under hostile local clients: a measurement program, not a test.
 
-Each subcommand starts `serve` on a configuration directory of its own, with simulated terminals
-(our stack in the terminal role, `pppbridge run --pty --link PATH --role terminal --services
-echo`, as Tools/serve-scale.py does), does something a hostile or careless local program could do,
-and measures whether serve still answers and keeps its links up.
+Each subcommand starts `serve` (with --control and --metrics) on a configuration directory of its
+own with simulated terminals (`pppbridge run --pty --link PATH --role terminal --services echo`, as
+Tools/serve-scale.py), does what a hostile or careless local program could, and measures whether
+serve still answers and keeps its links up.
 
     Tools/serve-hostile.py [--binary .build/release/pppbridge] SUBCOMMAND [options]
 
-    flood --kind control|bridge|metrics [--terminals 16] [--seconds 60]
-        control: a client writes 64 KiB blocks of b"\\n" into the control socket as fast as it
-        can, never reading; bridge: a client writes 64 KiB blocks into one terminal's bridge
-        (the terminal's echo) as fast as it can and drains the replies; metrics: 8 threads GET
-        /metrics in a loop plus a slowloris (one byte a second). Meanwhile `ctl list` is timed
-        every 0.5 s and `ctl events` counts `closed` events. Goal: no closed event, all open at
-        the end, every `ctl list` answered, the worst under 0.5 s.
-    nofile [--clients 100]
-        serve under `prlimit --nofile=64:64` with terminals a (bridge host:PORT) and b (holdoff
-        1); 100 clients held on a's bridge; b's simulator killed and started again on the same
-        link. Goal: b open again within 10 s + its holdoff, `ctl list` answered.
-    idle-control [--connections 40]
-        40 connections to the control socket that send nothing; 15 s later `ctl list` is timed.
-        Goal: answered ok in under 2 s.
-    secrets
-        evil.conf, a symbolic link in the config directory to a file holding a secret, and a
-        terminal whose `pcap` names an existing 0600 non-capture file. Goal: the secret is in
-        neither serve's log, the events nor `ctl list`; the file is unchanged.
-    hotplug [--terminals 64] [--seconds 3]
-        create/unlink pairs of unrelated names, as fast as possible, in the one directory that
-        holds every terminal's link, and serve's CPU against an equal quiet period. Goal: every
-        terminal still open, serve under a quarter of a core during the churn.
+  flood --kind control|bridge|metrics [--terminals 16] [--seconds 60]
+      control: 64 KiB blocks of b"\\n" into the control socket as fast as it takes them, never
+      reading; bridge: 64 KiB blocks into one terminal's bridge (to its echo), replies drained;
+      metrics: 8 threads GET /metrics in a loop, and a slowloris sending a byte a second.
+      Meanwhile `ctl list` is timed every 0.5 s (and, beside it, a list on our own socket) and
+      `ctl events` counts `closed`. Goal: no closed event, all open at the end, every ctl list
+      answered, the worst in under 0.5 s.
+  nofile [--clients 100]
+      serve under `prlimit --nofile=64:64`, terminals a (bridge host:PORT) and b (`holdoff 1`);
+      the clients held on a's bridge while b's simulator is killed and started again on the same
+      link. Goal: b open again within 10 s + its holdoff, ctl list answered.
+  idle-control [--connections 40]
+      connections to the control socket that send nothing; 15 s later ctl list is timed.
+      Goal: answered ok in under 2 s.
+  secrets
+      evil.conf in the config directory, a symbolic link to a file holding a secret, and a
+      terminal whose `pcap` names an existing 0600 file that is no capture. Goal: the secret is
+      in neither serve's log, the events nor ctl list, and the file is unchanged.
+  hotplug [--terminals 64] [--seconds 3]
+      create/unlink pairs of unrelated names, as fast as we can, in the one directory holding
+      every terminal's link; serve's CPU then and over an equal quiet period before. Goal: all
+      still open, no closed event, ctl list answered, serve under a quarter of a core.
 
-Traffic stays on ptys, Unix sockets and 127.0.0.1 (a `bridge host:PORT` listens on every
-interface; only loopback is used). Children and temporary directories are removed at the end.
-Each subcommand prints `RESULT serve-hostile SUBCOMMAND key=value ...` as its last line and
-exits 0 when its goal held, 1 when not.
+Traffic stays on ptys, Unix sockets and 127.0.0.1 (a `bridge host:PORT` listens on every interface;
+only loopback is used). Every child and temporary directory is removed at the end. Each subcommand
+prints `RESULT serve-hostile SUBCOMMAND key=value ...` last and exits 0 when its goal held, else 1.
 """
 import argparse
 import hashlib
@@ -73,8 +72,17 @@ def percentile(values, q):
     return s[min(len(s) - 1, int(q * len(s)))] if s else 0.0
 
 
+def bump(stats, key, n=1):
+    stats[key] = stats.get(key, 0) + n
+
+
+def result(name, ok, **keys):
+    print(f"RESULT serve-hostile {name} " + " ".join(f"{k}={v}" for k, v in keys.items()))
+    return 0 if ok else 1
+
+
 class Serve:
-    """A serve process, its terminals' simulators and their temporary directory."""
+    """A serve process, its terminals' simulators, an events subscriber and their directory."""
 
     def __init__(self, binary):
         self.binary = binary
@@ -83,8 +91,7 @@ class Serve:
         self.conf, self.lines = os.path.join(self.work, "conf"), os.path.join(self.work, "lines")
         os.makedirs(self.conf)
         os.makedirs(self.lines)
-        self.control = os.path.join(self.work, "control")
-        self.log = os.path.join(self.work, "serve.log")
+        self.control, self.log = os.path.join(self.work, "control"), os.path.join(self.work, "serve.log")
         self.metrics_port = free_port()
         self.children, self.sims, self.events, self.proc = [], {}, [], None
 
@@ -104,23 +111,23 @@ class Serve:
         shutil.rmtree(self.work, ignore_errors=True)
 
     def start(self, prefix=()):
-        self.proc = subprocess.Popen([*prefix, self.binary, "serve", "--config", self.conf, "--control", self.control,
-                                      "--metrics", f"127.0.0.1:{self.metrics_port}"],
-                                     stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen([*prefix, self.binary, "serve", "--config", self.conf, "--control", self.control,
+                                          "--metrics", f"127.0.0.1:{self.metrics_port}"], stdout=log, stderr=subprocess.STDOUT)
         self.children.append(self.proc)
         deadline = time.time() + 20
         while not os.path.exists(self.control) and time.time() < deadline and self.proc.poll() is None:
             time.sleep(0.05)
         if not os.path.exists(self.control):
-            raise RuntimeError(f"serve did not make its control socket: {self.log_text()[-2000:]}")
+            raise RuntimeError(f"serve made no control socket: {self.log_text()[-2000:]}")
 
     def log_text(self):
         with open(self.log, errors="replace") as f:
             return f.read()
 
-    def simulator(self, name, services="echo", link=None):
-        """Starts (or restarts) a terminal simulator whose pty is linked at lines/NAME."""
-        link = link or os.path.join(self.lines, name)
+    def simulator(self, name, services="echo"):
+        """Starts (or starts again) a terminal simulator whose pty is linked at lines/NAME."""
+        link = os.path.join(self.lines, name)
         made = os.lstat(link).st_ctime_ns if os.path.lexists(link) else None
         p = subprocess.Popen([self.binary, "run", "--pty", "--link", link, "--role", "terminal", "--services", services],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -133,54 +140,48 @@ class Serve:
             time.sleep(0.01)
         raise RuntimeError(f"terminal simulator {name} made no link")
 
-    def write_conf(self, name, *lines):
-        tmp = os.path.join(self.conf, f".{name}.tmp")
+    def terminal(self, name, *extra, services="echo"):
+        """A simulator, then its NAME.conf (written whole and renamed into place)."""
+        link, tmp = self.simulator(name, services), os.path.join(self.conf, f".{name}.tmp")
         with open(tmp, "w") as f:
-            f.write("".join(l + "\n" for l in lines))
+            f.write("".join(l + "\n" for l in (f"device {link}", "lcp-echo-interval 1", "lcp-echo-failure 3", *extra)))
         os.rename(tmp, os.path.join(self.conf, f"{name}.conf"))
 
-    def terminal(self, name, *extra, services="echo", link=None):
-        link = self.simulator(name, services, link)
-        self.write_conf(name, f"device {link}", "lcp-echo-interval 1", "lcp-echo-failure 3", *extra)
-
     def ctl(self, *words, timeout=10):
-        """(reply or None, seconds, raw output) of one `pppbridge ctl` run."""
+        """(reply or None, seconds, output) of one `pppbridge ctl` process."""
         t0 = time.monotonic()
         try:
             out = subprocess.run([self.binary, "ctl", "--control", self.control, *words],
                                  capture_output=True, text=True, timeout=timeout)
-            raw = out.stdout + out.stderr
+            text = out.stdout + out.stderr
             reply = json.loads(out.stdout.splitlines()[0]) if out.returncode == 0 and out.stdout else None
         except (subprocess.TimeoutExpired, ValueError) as e:
-            reply, raw = None, str(e)
-        return reply, time.monotonic() - t0, raw
+            reply, text = None, str(e)
+        return reply, time.monotonic() - t0, text
 
     def raw_list(self):
-        """Seconds for one list request on our own connection to the control socket (no ctl
-        process to start), or None when it is not answered within 5 s."""
-        t0 = time.monotonic()
+        """Seconds for a list request on our own control connection (no process started), or None."""
+        t0, data = time.monotonic(), b""
         try:
             with socket.socket(socket.AF_UNIX) as s:
                 s.settimeout(5)
                 s.connect(self.control)
                 s.sendall(b'{"cmd":"list"}\n')
-                data = b""
                 while b"\n" not in data and time.monotonic() - t0 < 5:
                     chunk = s.recv(65536)
                     if not chunk:
-                        return None
+                        break
                     data += chunk
-            return time.monotonic() - t0 if b'"ok":true' in data else None
         except OSError:
             return None
+        return time.monotonic() - t0 if b'"ok":true' in data else None
 
     def states(self):
-        reply, _, _ = self.ctl("list")
-        return {t["name"]: t["state"] for t in (reply or {}).get("terminals", [])}
+        return {t["name"]: t["state"] for t in (self.ctl("list")[0] or {}).get("terminals", [])}
 
     def wait_open(self, names, seconds=120):
-        t0, deadline, states = time.time(), time.time() + seconds, {}
-        while time.time() < deadline:
+        t0, states = time.time(), {}
+        while time.time() < t0 + seconds:
             states = self.states()
             if all(states.get(n) == "open" for n in names):
                 break
@@ -190,7 +191,7 @@ class Serve:
         return opened == len(names)
 
     def subscribe(self):
-        """`ctl events` in a subprocess; its lines go to self.events as (monotonic time, dict or text)."""
+        """`ctl events` in a process of its own; each line to self.events as (monotonic time, dict or text)."""
         p = subprocess.Popen([self.binary, "ctl", "--control", self.control, "--timeout", "10", "events"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.children.append(p)
@@ -203,39 +204,75 @@ class Serve:
                     self.events.append((time.monotonic(), line.rstrip("\n")))
         threading.Thread(target=reader, daemon=True).start()
 
-    def event_for(self, kind, terminal, since):
-        return next((e for t, e in self.events if t >= since and isinstance(e, dict)
-                     and e.get("event") == kind and e.get("terminal") == terminal), None)
+    def events_of(self, kind, since, terminal=None):
+        return [e for t, e in self.events if t >= since and isinstance(e, dict) and e.get("event") == kind
+                and terminal in (None, e.get("terminal"))]
 
-    def closed_events(self, since):
-        return [e for t, e in self.events if t >= since and isinstance(e, dict) and e.get("event") == "closed"]
-
-    def metrics(self):
-        with socket.create_connection(("127.0.0.1", self.metrics_port), timeout=10) as s:
-            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
-            data, deadline = b"", time.time() + 10
-            while time.time() < deadline:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-        return data.decode(errors="replace")
-
-
-def result(name, ok, **keys):
-    print(f"RESULT serve-hostile {name} " + " ".join(f"{k}={v}" for k, v in keys.items()))
-    return 0 if ok else 1
+    def print_metrics(self, *prefixes):
+        try:
+            with socket.create_connection(("127.0.0.1", self.metrics_port), timeout=10) as s:
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                data, t0 = b"", time.time()
+                while time.time() - t0 < 10 and (chunk := s.recv(65536)):
+                    data += chunk
+        except OSError as e:
+            return print(f"metrics: not fetched ({e})")
+        for line in data.decode(errors="replace").splitlines():
+            if line.startswith(prefixes):
+                print(f"  {line}")
 
 
-def bump(stats, key, n=1):
-    stats[key] = stats.get(key, 0) + n
+class Poller:
+    """Times `ctl list` every 0.5 s, and beside it a list on our own socket (the loop's latency
+    without a process to start), in threads, until `stop` or `deadline`."""
+
+    def __init__(self, srv, stop, deadline):
+        self.srv, self.stop, self.deadline = srv, stop, deadline
+        self.ctl, self.raw, self.failures, self.not_open, self.rss_peak = [], [], [], 0, 0
+        self.threads = [threading.Thread(target=self.every, args=(f,), daemon=True) for f in (self.poll_ctl, self.poll_raw)]
+        for t in self.threads:
+            t.start()
+
+    def every(self, fn):
+        tick = time.monotonic()
+        for _ in range(int(2 * (self.deadline - time.time())) + 2):
+            if self.stop.is_set() or time.time() >= self.deadline:
+                return
+            fn()
+            tick += 0.5
+            self.stop.wait(max(0.0, min(tick - time.monotonic(), self.deadline - time.time())))
+
+    def poll_ctl(self):
+        reply, seconds, text = self.srv.ctl("list")
+        self.ctl.append(seconds)
+        if reply is None or not reply.get("ok"):
+            self.failures.append(text.strip()[:200])
+        else:
+            self.not_open += sum(1 for t in reply["terminals"] if t["state"] != "open")
+        if self.srv.proc.poll() is None:
+            self.rss_peak = max(self.rss_peak, rss_kib(self.srv.proc.pid))
+
+    def poll_raw(self):
+        self.raw.append(self.srv.raw_list())
+
+    def report(self):
+        for t in self.threads:
+            t.join(15)
+        worst, p50, answered = 1000 * max(self.ctl, default=0), 1000 * percentile(self.ctl, 0.5), [r for r in self.raw if r]
+        print(f"ctl list: {len(self.ctl)} calls, {len(self.failures)} failed, worst {worst:.0f} ms, p50 {p50:.0f} ms, "
+              f"p90 {1000 * percentile(self.ctl, 0.9):.0f} ms; terminals not open across the polls: {self.not_open}")
+        print(f"list on our own socket: {len(self.raw)} requests, {len(self.raw) - len(answered)} unanswered, "
+              f"worst {1000 * max(answered, default=0):.0f} ms, p50 {1000 * percentile(answered, 0.5):.0f} ms")
+        for f in self.failures[:5]:
+            print(f"  failed: {f}")
+        return worst, p50
 
 
-# Flood clients: each runs until `stop` is set or its deadline passes, and counts into `stats`.
+# Flood clients: each runs until `stop` is set or its deadline passes, counting into `stats`.
 
 def flood_stream(connect, drain, stop, deadline, stats):
-    """Writes 64 KiB blocks as fast as the socket takes them (reading and discarding replies when
-    `drain`), connecting again whenever the server lets it go."""
+    """64 KiB blocks as fast as the socket takes them (replies read and dropped when `drain`),
+    connecting again whenever the server lets us go."""
     block, sock = (b"\xa5" if drain else b"\n") * 65536, None
     while not stop.is_set() and time.time() < deadline:
         try:
@@ -257,7 +294,8 @@ def flood_stream(connect, drain, stop, deadline, stats):
             bump(stats, "let_go")
             sock = sock.close() if sock else None
             time.sleep(0.01)
-    sock.close() if sock else None
+    if sock:
+        sock.close()
 
 
 def flood_metrics_get(port, stop, deadline, stats, lock):
@@ -266,10 +304,7 @@ def flood_metrics_get(port, stop, deadline, stats, lock):
             with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
                 s.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
                 data = b""
-                while len(data) < 1 << 22:
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        break
+                while len(data) < 1 << 22 and (chunk := s.recv(65536)):
                     data += chunk
             key = "get_ok" if data.startswith(b"HTTP/1.") and b" 200 " in data[:20] else "get_bad"
         except OSError:
@@ -300,7 +335,7 @@ def slowloris(port, stop, deadline, stats):
 
 def cmd_flood(args, srv):
     names = [f"t{n:02d}" for n in range(args.terminals)]
-    ports = {n: free_port() for n in names} if args.kind == "bridge" else {}
+    ports = {n: free_port() for n in names}
     srv.start()
     srv.subscribe()
     for n in names:
@@ -309,169 +344,144 @@ def cmd_flood(args, srv):
         else:
             srv.terminal(n)
     all_open = srv.wait_open(names)
-    stop, stats, lock, threads = threading.Event(), {}, threading.Lock(), []
+    stop, stats, lock = threading.Event(), {}, threading.Lock()
     t_start, deadline = time.monotonic(), time.time() + args.seconds
     if args.kind == "control":
-        connect = lambda: (lambda s: (s.connect(srv.control), s)[1])(socket.socket(socket.AF_UNIX))
-        threads.append(threading.Thread(target=flood_stream, args=(connect, False, stop, deadline, stats)))
+        def connect():
+            s = socket.socket(socket.AF_UNIX)
+            s.connect(srv.control)
+            return s
+        threads = [threading.Thread(target=flood_stream, args=(connect, False, stop, deadline, stats))]
     elif args.kind == "bridge":
         connect = lambda: socket.create_connection(("127.0.0.1", ports[names[0]]), timeout=5)
-        threads.append(threading.Thread(target=flood_stream, args=(connect, True, stop, deadline, stats)))
+        threads = [threading.Thread(target=flood_stream, args=(connect, True, stop, deadline, stats))]
     else:
-        threads += [threading.Thread(target=flood_metrics_get, args=(srv.metrics_port, stop, deadline, stats, lock))
-                    for _ in range(8)]
+        threads = [threading.Thread(target=flood_metrics_get, args=(srv.metrics_port, stop, deadline, stats, lock))
+                   for _ in range(8)]
         threads.append(threading.Thread(target=slowloris, args=(srv.metrics_port, stop, deadline, stats)))
-    raw = []  # list on our own socket beside ctl's: the loop's latency without a process to start
-    threads.append(threading.Thread(target=lambda: [raw.append(srv.raw_list()) for _ in range(4 * args.seconds)
-                                                    if not stop.wait(0.5) and time.time() < deadline]))
     for t in threads:
         t.daemon = True
         t.start()
-    print(f"flood {args.kind}: {len(threads) - 1} client thread(s) for {args.seconds} s; ctl list every 0.5 s")
-    latencies, failures, not_open_seen, rss_peak, tick = [], [], 0, 0, time.monotonic()
-    cpu0 = cpu_seconds(srv.proc.pid)
+    print(f"flood {args.kind}: {len(threads)} client thread(s) for {args.seconds} s; ctl list every 0.5 s")
+    cpu0, poller = cpu_seconds(srv.proc.pid), Poller(srv, stop, deadline)
     try:
         while time.time() < deadline and srv.proc.poll() is None:
-            reply, seconds, out = srv.ctl("list")
-            latencies.append(seconds)
-            if reply is None or not reply.get("ok"):
-                failures.append(out.strip()[:200])
-            else:
-                not_open_seen += sum(1 for t in reply["terminals"] if t["state"] != "open")
-            rss_peak = max(rss_peak, rss_kib(srv.proc.pid))
-            tick += 0.5
-            time.sleep(max(0.0, min(tick - time.monotonic(), deadline - time.time())))
-        cpu = cpu_seconds(srv.proc.pid) - cpu0
+            stop.wait(min(1.0, max(0.0, deadline - time.time())))
+        cpu = cpu_seconds(srv.proc.pid) - cpu0 if srv.proc.poll() is None else float("nan")
     finally:
         stop.set()
         for t in threads:
             t.join(10)
+    worst, p50 = poller.report()
     time.sleep(1)
     final = srv.states()
-    open_at_end = sum(1 for n in names if final.get(n) == "open")
-    closed = srv.closed_events(t_start)
-    worst, p50 = 1000 * max(latencies, default=0), 1000 * percentile(latencies, 0.5)
-    answered = [r for r in raw if r is not None]
+    open_at_end, closed = sum(1 for n in names if final.get(n) == "open"), srv.events_of("closed", t_start)
     print(f"flood clients: {json.dumps(stats, sort_keys=True)}")
-    print(f"ctl list: {len(latencies)} calls, {len(failures)} failed, worst {worst:.0f} ms, p50 {p50:.0f} ms, "
-          f"p90 {1000 * percentile(latencies, 0.9):.0f} ms; terminals not open across the polls: {not_open_seen}")
-    print(f"list on our own socket (no ctl process): {len(raw) - len(answered)} unanswered, "
-          f"worst {1000 * max(answered, default=0):.0f} ms, p50 {1000 * percentile(answered, 0.5):.0f} ms")
-    for f in failures[:5]:
-        print(f"  failed: {f}")
-    print(f"serve: {cpu:.1f} s of CPU during the flood ({100 * cpu / args.seconds:.0f}% of a core), RSS peak {rss_peak} KiB, "
-          f"{'running' if srv.proc.poll() is None else f'exited {srv.proc.returncode}'}")
+    print(f"serve: {cpu:.1f} s of CPU during the flood ({100 * cpu / args.seconds:.0f}% of a core), RSS peak "
+          f"{poller.rss_peak} KiB, {'running' if srv.proc.poll() is None else f'exited {srv.proc.returncode}'}")
+    srv.print_metrics("pppbridge_control_clients_closed", "pppbridge_metrics_clients_closed")
     print(f"closed events during the flood: {len(closed)}; terminals not open at the end: {len(names) - open_at_end}")
     for e in closed[:5]:
         print(f"  {json.dumps(e)}")
-    ok = all_open and not closed and open_at_end == len(names) and not failures and worst < 500
-    return result("flood", ok, kind=args.kind, terminals=args.terminals, seconds=args.seconds, ctl_calls=len(latencies),
-                  ctl_failures=len(failures), ctl_worst_ms=f"{worst:.0f}", ctl_p50_ms=f"{p50:.0f}",
+    ok = all_open and not closed and open_at_end == len(names) and not poller.failures and worst < 500
+    return result("flood", ok, kind=args.kind, terminals=args.terminals, seconds=args.seconds, ctl_calls=len(poller.ctl),
+                  ctl_failures=len(poller.failures), ctl_worst_ms=f"{worst:.0f}", ctl_p50_ms=f"{p50:.0f}",
                   closed_events=len(closed), open_at_end=open_at_end)
 
 
 def cmd_nofile(args, srv):
-    port = free_port()
+    port, clients, refused, held, b_reopen, ctl_worst, reply = free_port(), [], 0, 0, None, 0.0, None
     srv.start(prefix=("prlimit", "--nofile=64:64", "--"))
     srv.subscribe()
     srv.terminal("a", f"bridge host:{port}", services=f"echo:{port}")
     srv.terminal("b", "holdoff 1")
     srv.wait_open(["a", "b"], 60)
-    clients, refused = [], 0
-    for _ in range(args.clients):
-        try:
-            clients.append(socket.create_connection(("127.0.0.1", port), timeout=2))
-        except OSError:
-            refused += 1
-    time.sleep(2)
-    held = 0
-    for c in clients:
-        c.setblocking(False)
-        try:
-            held += 1 if c.recv(1) else 0  # the echo sends nothing unasked: data means something odd
-        except BlockingIOError:
-            held += 1
-        except OSError:
-            pass
-    print(f"clients on a's bridge: {len(clients)} connected, {refused} refused at connect, {held} still connected after 2 s")
     try:
+        for _ in range(args.clients):
+            try:
+                clients.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+            except OSError:
+                refused += 1
+        time.sleep(2)
+        for c in clients:
+            c.setblocking(False)
+            try:
+                held += 1 if c.recv(1) else 0  # the echo sends nothing unasked
+            except BlockingIOError:
+                held += 1
+            except OSError:
+                pass
+        print(f"clients on a's bridge: {len(clients)} connected, {refused} refused at connect, {held} still connected after 2 s")
         t_kill = time.monotonic()
         srv.sims["b"].kill()
         srv.sims["b"].wait(5)
-        while time.monotonic() - t_kill < 10 and not srv.event_for("closed", "b", t_kill):
+        while time.monotonic() - t_kill < 10 and not srv.events_of("closed", t_kill, "b"):
             time.sleep(0.05)
-        print(f"b: simulator killed; serve's closed event after {time.monotonic() - t_kill:.1f} s: "
-              f"{json.dumps(srv.event_for('closed', 'b', t_kill))}")
+        print(f"b: simulator killed; after {time.monotonic() - t_kill:.2f} s serve said "
+              f"{json.dumps((srv.events_of('closed', t_kill, 'b') or [None])[0])}; a new simulator on the same link")
         srv.simulator("b")
-        t_new, b_reopen, ctl_worst = time.monotonic(), None, 0.0
+        t_new = time.monotonic()
         while time.monotonic() - t_new < 30:
             reply, seconds, _ = srv.ctl("list")
             ctl_worst = max(ctl_worst, seconds)
-            states = {t["name"]: t["state"] for t in (reply or {}).get("terminals", [])}
-            if states.get("b") == "open" and srv.event_for("opened", "b", t_new):
+            if any(t["name"] == "b" and t["state"] == "open" for t in (reply or {}).get("terminals", [])) \
+                    and srv.events_of("opened", t_new, "b"):
                 b_reopen = time.monotonic() - t_new
                 break
-            time.sleep(0.2)
-        print(f"b: a new simulator on the same link; "
-              + (f"open again {b_reopen:.1f} s after it made its link" if b_reopen is not None else "not open within 30 s"))
-        reply, seconds, raw = srv.ctl("list")
+            time.sleep(0.1)
+        print("b: " + (f"open again {b_reopen:.2f} s after its new link" if b_reopen is not None else "not open within 30 s"))
+        reply, seconds, text = srv.ctl("list")
         ctl_worst = max(ctl_worst, seconds)
-        print(f"ctl list: {'ok' if reply and reply.get('ok') else 'FAILED ' + raw.strip()[:200]} in {1000 * seconds:.0f} ms;"
+        print(f"ctl list: {'ok' if reply and reply.get('ok') else 'FAILED ' + text.strip()[:200]} in {1000 * seconds:.0f} ms,"
               f" worst {1000 * ctl_worst:.0f} ms; states {[(t['name'], t['state']) for t in (reply or {}).get('terminals', [])]}")
-        try:
-            for line in srv.metrics().splitlines():
-                if line.startswith(("pppbridge_descriptors", "pppbridge_host_descriptors", "pppbridge_terminal_host_descriptors")):
-                    print(f"  {line}")
-        except OSError as e:
-            print(f"metrics: could not be fetched ({e})")
+        srv.print_metrics("pppbridge_descriptors", "pppbridge_host_descriptors", "pppbridge_terminal_host_descriptors")
     finally:
         for c in clients:
             c.close()
-    ok = b_reopen is not None and b_reopen < 11 and reply is not None and reply.get("ok")
+    ok = b_reopen is not None and b_reopen < 11 and bool(reply and reply.get("ok"))
     return result("nofile", ok, clients=args.clients, held=held,
-                  b_reopen_s=f"{b_reopen:.1f}" if b_reopen is not None else "none", ctl_ms=f"{1000 * ctl_worst:.0f}")
+                  b_reopen_s=f"{b_reopen:.2f}" if b_reopen is not None else "none", ctl_ms=f"{1000 * ctl_worst:.0f}")
 
 
 def cmd_idle_control(args, srv):
     srv.start()
     srv.terminal("t0")
     srv.wait_open(["t0"], 60)
-    conns = []
+    conns, closed_at, with_data = [], {}, 0
     try:
         for _ in range(args.connections):
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(srv.control)
-            s.setblocking(False)
-            conns.append(s)
+            conns.append(socket.socket(socket.AF_UNIX))
+            conns[-1].connect(srv.control)
+            conns[-1].setblocking(False)
         print(f"{len(conns)} idle connections to the control socket; watching them for 15 s")
-        t0, closed_at, greeted = time.monotonic(), {}, 0
+        t0 = time.monotonic()
         while time.monotonic() - t0 < 15:
             for s in select.select([s for s in conns if s not in closed_at], [], [], 0.2)[0]:
                 try:
                     data = s.recv(65536)
-                    greeted += 1 if data else 0
+                    with_data += 1 if data else 0
                     if not data:
                         closed_at[s] = time.monotonic() - t0
                 except BlockingIOError:
                     pass
                 except OSError:
                     closed_at[s] = time.monotonic() - t0
-        closed, times = len(closed_at), sorted(closed_at.values())
-        print(f"closed by the server: {closed} of {len(conns)} ({greeted} reads with data)"
-              + (f", after {times[0]:.1f} to {times[-1]:.1f} s" if times else ""))
-        reply, seconds, raw = srv.ctl("list")
+        times = sorted(closed_at.values())
+        print(f"closed by the server: {len(times)} of {len(conns)} ({with_data} reads with data)"
+              + (f"; at {', '.join(f'{t:.1f}' for t in sorted(set(round(t, 1) for t in times)))} s" if times else ""))
+        reply, seconds, text = srv.ctl("list")
         answered = bool(reply and reply.get("ok"))
-        print(f"ctl list: {'ok' if answered else 'FAILED: ' + raw.strip()[:300]} in {1000 * seconds:.0f} ms")
+        print(f"ctl list: {'ok' if answered else 'FAILED: ' + text.strip()[:300]} in {1000 * seconds:.0f} ms")
+        srv.print_metrics("pppbridge_control_clients")
     finally:
         for s in conns:
             s.close()
     return result("idle-control", answered and seconds < 2, connections=args.connections,
-                  closed_by_server=closed, ctl_ms=f"{1000 * seconds:.0f}")
+                  closed_by_server=len(times), ctl_ms=f"{1000 * seconds:.0f}")
 
 
 def cmd_secrets(args, srv):
-    secret = "SECRET-" + os.urandom(16).hex()
-    outside = os.path.join(srv.work, "outside")
+    secret, outside = "SECRET-" + os.urandom(16).hex(), os.path.join(srv.work, "outside")
     os.makedirs(outside)
     secret_file, accounts = os.path.join(outside, "db.env"), os.path.join(outside, "accounts.db")
     with open(secret_file, "w") as f:
@@ -487,23 +497,23 @@ def cmd_secrets(args, srv):
     os.symlink(secret_file, os.path.join(srv.conf, "evil.conf"))
     t_added = time.monotonic()
     srv.terminal("pcapper", f"pcap {accounts}")
-    while time.monotonic() - t_added < 20 and not srv.event_for("opened", "pcapper", t_added) \
-            and not srv.event_for("closed", "pcapper", t_added):
+    while time.monotonic() - t_added < 20 and not (srv.events_of("opened", t_added, "pcapper")
+                                                   or srv.events_of("closed", t_added, "pcapper")):
         time.sleep(0.1)
     time.sleep(3)
     srv.ctl("reload")
     time.sleep(1)
-    listed = srv.ctl("list")[2]
-    log, events = srv.log_text(), "\n".join(e if isinstance(e, str) else json.dumps(e) for _, e in srv.events)
-    after = digest()
+    listed, log, after = srv.ctl("list")[2], srv.log_text(), digest()
+    events = "\n".join(e if isinstance(e, str) else json.dumps(e) for _, e in srv.events)
     seen = [where for where, text in (("log", log), ("events", events), ("list", listed)) if secret in text]
     print("serve's log and events on evil.conf and the pcap file (each distinct line once, with its count):")
     shown = [l for l in log.splitlines() if "evil.conf" in l or "accounts.db" in l or "pcapper" in l]
-    shown += ["event: " + (e if isinstance(e, str) else json.dumps(e)) for _, e in srv.events if "evil" in str(e) or "accounts" in str(e)]
+    shown += ["event: " + l for l in events.splitlines() if "evil" in l or "accounts" in l]
     for line in dict.fromkeys(shown):
-        print(f"  {shown.count(line)}× {line}")
-    print(f"secret seen in: {', '.join(seen) or 'nowhere'}; accounts.db sha256 {before[:16]}… → {after[:16]}…, "
-          f"mode {oct(os.stat(accounts).st_mode & 0o777)}")
+        print(f"  {shown.count(line)}x {line}")
+    print(f"ctl list: {listed.strip()[:400]}")
+    print(f"secret seen in: {', '.join(seen) or 'nowhere'}; accounts.db sha256 {before[:16]}... before, {after[:16]}... "
+          f"after, mode {oct(os.stat(accounts).st_mode & 0o777)}")
     return result("secrets", not seen and before == after, secret_seen=",".join(seen) or "no",
                   file_unchanged="yes" if before == after else "no")
 
@@ -520,24 +530,23 @@ def cmd_hotplug(args, srv):
     quiet0 = cpu_seconds(pid)
     time.sleep(args.seconds)
     quiet = cpu_seconds(pid) - quiet0
-    t_start, pairs, c0 = time.monotonic(), 0, cpu_seconds(pid)
-    deadline = time.monotonic() + args.seconds
-    while time.monotonic() < deadline and pairs < 10_000_000:
+    stop, t_start, pairs, c0 = threading.Event(), time.monotonic(), 0, cpu_seconds(pid)
+    poller = Poller(srv, stop, time.time() + args.seconds)
+    while time.monotonic() < t_start + args.seconds and pairs < 10_000_000:
         path = os.path.join(srv.lines, f"unrelated-{pairs % 1000}")
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
         os.unlink(path)
         pairs += 1
     busy = cpu_seconds(pid) - c0
-    time.sleep(1)
-    busy_after = cpu_seconds(pid) - c0
+    stop.set()
+    worst, _ = poller.report()
     final = srv.states()
-    open_at_end = sum(1 for n in names if final.get(n) == "open")
-    closed = srv.closed_events(t_start)
+    open_at_end, closed = sum(1 for n in names if final.get(n) == "open"), srv.events_of("closed", t_start)
     print(f"quiet {args.seconds} s: serve used {quiet:.2f} s of CPU")
-    print(f"churn {args.seconds} s: {pairs} create/unlink pairs ({pairs / args.seconds:.0f}/s) beside the links; "
-          f"serve used {busy:.2f} s of CPU ({100 * busy / args.seconds:.0f}% of a core), {busy_after:.2f} s counting 1 s after")
+    print(f"churn {args.seconds} s: {pairs} create/unlink pairs ({pairs / args.seconds:.0f}/s) beside the links; serve used "
+          f"{busy:.2f} s of CPU ({100 * busy / args.seconds:.0f}% of a core, {1e6 * busy / max(pairs, 1):.1f} us a pair)")
     print(f"terminals open at the end: {open_at_end} of {len(names)}; closed events: {len(closed)}")
-    ok = all_open and open_at_end == len(names) and not closed and busy < 0.25 * args.seconds
+    ok = all_open and open_at_end == len(names) and not closed and not poller.failures and busy < 0.25 * args.seconds
     return result("hotplug", ok, terminals=args.terminals, pairs=pairs, cpu_s=f"{busy:.2f}", quiet_cpu_s=f"{quiet:.2f}")
 
 
@@ -561,7 +570,7 @@ def main():
         sys.exit(f"no binary at {binary}")
     run = {"flood": cmd_flood, "nofile": cmd_nofile, "idle-control": cmd_idle_control,
            "secrets": cmd_secrets, "hotplug": cmd_hotplug}[args.command]
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so the finally blocks run
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so that the cleanup runs
     with Serve(binary) as srv:
         try:
             return run(args, srv)

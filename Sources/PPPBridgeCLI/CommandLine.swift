@@ -103,11 +103,3 @@ public struct CommandLineTool {
     }
 }
 
-/// A number as a person writes one on a command line or in a configuration file: decimal
-/// digits only (no sign, no spaces, no `0x`), within `T`'s range. `Int("+17002")` takes a
-/// sign, and a port written `+17002` or a keep-alive of `60,x,10,5` is a mistake to report,
-/// not a value to guess at.
-func decimal<T: FixedWidthInteger>(_ text: some StringProtocol, as type: T.Type = T.self) -> T? {
-    guard !text.isEmpty, text.utf8.count <= 20, text.utf8.allSatisfy({ (0x30...0x39).contains($0) }) else { return nil }
-    return T(text, radix: 10)
-}

@@ -1,5 +1,6 @@
 import Capture
 import Foundation
+import Service
 import Framing
 import PPP
 

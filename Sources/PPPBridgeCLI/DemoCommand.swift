@@ -1,4 +1,5 @@
 import Channel
+import Service
 import Dispatch
 import Foundation
 import Glibc

@@ -1,4 +1,5 @@
 import Channel
+import Service
 import Crypto
 import Glibc
 import NetStack

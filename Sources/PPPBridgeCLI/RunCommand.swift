@@ -1,5 +1,6 @@
 import Capture
 import Channel
+import Service
 import Crypto
 import Foundation
 import Framing
@@ -283,15 +284,3 @@ struct RunCommand {
     }
 }
 
-/// Walks the arguments, with a look at the next one for options whose value is optional.
-struct ArgumentCursor {
-    private let arguments: [String]
-    private var index = 0
-    init(_ arguments: [String]) { self.arguments = arguments }
-    mutating func next() -> String? {
-        guard index < arguments.count else { return nil }
-        defer { index += 1 }
-        return arguments[index]
-    }
-    func peek() -> String? { index < arguments.count ? arguments[index] : nil }
-}

@@ -1,6 +1,7 @@
 import Capture
 import Foundation
 @testable import PPPBridgeCLI
+@testable import Service
 import Testing
 
 /// Runs the command line in-process and collects what it prints.

@@ -2,6 +2,7 @@ import Capture
 import Foundation
 import Glibc
 @testable import PPPBridgeCLI
+@testable import Service
 import Testing
 
 /// A scratch directory removed when the test ends.

@@ -3,6 +3,7 @@ import Foundation
 import Payment
 import Testing
 @testable import PPPBridgeCLI
+@testable import Service
 
 /// `serve`'s configuration files: `run`'s parser on pppd-style lines, with file and line in
 /// every message; names, sizes and the options that are `run`'s alone.

@@ -4,6 +4,7 @@ import Glibc
 import NetStack
 import Testing
 @testable import PPPBridgeCLI
+@testable import Service
 
 /// A scratch directory (mode 0700) removed when the test ends.
 final class ServiceScratch {

@@ -1,4 +1,5 @@
 import Channel
+import Service
 import Foundation
 import Glibc
 import Payment

@@ -2,22 +2,22 @@ import Glibc
 
 /// Secrets from a file or the environment, so that they need not be on the command line, where
 /// every local user can read them (/proc/PID/cmdline, ps).
-enum SecretSource {
+public enum SecretSource {
     /// The password `--user` authenticates with, when neither --password nor --password-file is given.
-    static let passwordVariable = "PPPBRIDGE_PASSWORD"
+    public static let passwordVariable = "PPPBRIDGE_PASSWORD"
     /// A secrets file is a few lines; anything larger is not one.
-    static let maximumFileSize = 64 * 1024
+    public static let maximumFileSize = 64 * 1024
 
     /// What a secrets file holds, and a warning for a person when others may read it.
-    struct FileText: Equatable {
-        var text: String
-        var warning: String?
+    public struct FileText: Equatable {
+        public var text: String
+        public var warning: String?
     }
 
     /// The UTF-8 text of `path` without its trailing newline ("\n" or "\r\n"). A pipe or FIFO is
     /// read too (`--password-file <(pass show terminal)`); a regular file readable by group or
     /// others is read with a warning, not refused.
-    static func read(_ path: String) -> Result<FileText, SecretError> {
+    public static func read(_ path: String) -> Result<FileText, SecretError> {
         let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY)
         guard fd >= 0 else { return .failure(SecretError("\(path): \(String(cString: strerror(errno)))")) }
         defer { close(fd) }
@@ -52,7 +52,7 @@ enum SecretSource {
 
     /// `NAME:SECRET` lines, as `--peer` and `--socks-user` take them one at a time; blank lines
     /// are skipped. The secret is everything after the first colon.
-    static func pairs(_ text: String, path: String) -> Result<[(name: String, secret: String)], SecretError> {
+    public static func pairs(_ text: String, path: String) -> Result<[(name: String, secret: String)], SecretError> {
         var out: [(name: String, secret: String)] = []
         // "\r\n" is one Character in Swift, so both line ends are named.
         for (number, entry) in text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" }).enumerated() {
@@ -66,7 +66,7 @@ enum SecretSource {
     }
 }
 
-struct SecretError: Error, Equatable, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
+public struct SecretError: Error, Equatable, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
 }

@@ -205,6 +205,6 @@ final class ControlServer {
 
     /// `object` as one JSON line (keys sorted; every string escaped by the serializer).
     static func line(_ object: [String: Any]) -> String {
-        ChannelRun.encode(object)
+        StatusJSON.line(object)
     }
 }

@@ -8,61 +8,63 @@ import PPP
 /// `run`'s options, taken one at a time: from the command line (`--mru 1500`) or from a line of a
 /// `serve` configuration file (`mru 1500`), with the same checks and the same messages. Messages
 /// go to `complain` without a prefix; the caller says where the option came from.
-struct RunOptions {
+public struct RunOptions {
     /// `--tcp-receive-window`: at least two full segments; at most 1 MiB, which a terminal
     /// can fill on each of the stack's 256 connections (256 MiB in all).
-    static let receiveWindowRange = 2920...(1 << 20)
-    enum Role: String { case host, terminal }
+    public static let receiveWindowRange = 2920...(1 << 20)
+    public enum Role: String, Sendable { case host, terminal }
 
-    var device: String?
-    var makePty = false
-    var link: String?
-    var lineOptions = SerialLine.Options()
-    var role = Role.host
-    var localIP: IPv4Address?
-    var terminalIP: IPv4Address?
-    var dns: [IPv4Address] = []
-    var netmask: IPv4Address?
-    var lcp = LCPConfiguration()
-    var echo = EchoConfiguration()
-    var negotiation = NegotiationConfiguration()
-    var auth = AuthenticationConfiguration()
-    var user: String?
-    var password: String?
-    var extraEscapes: [UInt8] = []
-    var debug = false
-    var pcapPath: String?
-    var recordPath: String?
-    var services: [DiagnosticService] = []
-    var servicePorts: [DiagnosticService: UInt16] = [:]
-    var pingTarget: IPv4Address?
-    var pingCount = 3
-    var tunName: String?
-    var tcp = TCPConfiguration()
-    var frameLoss = 0.0
-    var vj = true
-    var bridges: [BridgeSpec] = []
-    var socks: SocksConfiguration? = SocksConfiguration()
-    var socksAllow: [SocksDestination] = []
-    var socksAllowPrivate = false
-    var socksUsers: [String: String] = [:]
-    var keepAlive: KeepAliveSettings?
-    var dnsUpstream: TCPEndpoint?
-    var relayDNS = true
-    var rearm = false
-    var bridgeConnectionLimit = 64
-    var stackConnectionLimit = 256
-    var userTimeout: Duration? = .seconds(120)
-    var lineQueueLimit: Int?
-    var lineReadModeration = LineReadModeration.Settings.standard
-    var persist = false
-    var statusPath: String?
-    var captureSecrets = false
-    var captureLimit = CaptureFile.defaultLimit
+    public var device: String?
+    public var makePty = false
+    public var link: String?
+    public var lineOptions = SerialLine.Options()
+    public var role = Role.host
+    public var localIP: IPv4Address?
+    public var terminalIP: IPv4Address?
+    public var dns: [IPv4Address] = []
+    public var netmask: IPv4Address?
+    public var lcp = LCPConfiguration()
+    public var echo = EchoConfiguration()
+    public var negotiation = NegotiationConfiguration()
+    public var auth = AuthenticationConfiguration()
+    public var user: String?
+    public var password: String?
+    public var extraEscapes: [UInt8] = []
+    public var debug = false
+    public var pcapPath: String?
+    public var recordPath: String?
+    public var services: [DiagnosticService] = []
+    public var servicePorts: [DiagnosticService: UInt16] = [:]
+    public var pingTarget: IPv4Address?
+    public var pingCount = 3
+    public var tunName: String?
+    public var tcp = TCPConfiguration()
+    public var frameLoss = 0.0
+    public var vj = true
+    public var bridges: [BridgeSpec] = []
+    public var socks: SocksConfiguration? = SocksConfiguration()
+    public var socksAllow: [SocksDestination] = []
+    public var socksAllowPrivate = false
+    public var socksUsers: [String: String] = [:]
+    public var keepAlive: KeepAliveSettings?
+    public var dnsUpstream: TCPEndpoint?
+    public var relayDNS = true
+    public var rearm = false
+    public var bridgeConnectionLimit = 64
+    public var stackConnectionLimit = 256
+    public var userTimeout: Duration? = .seconds(120)
+    public var lineQueueLimit: Int?
+    public var lineReadModeration = LineReadModeration.Settings.standard
+    public var persist = false
+    public var statusPath: String?
+    public var captureSecrets = false
+    public var captureLimit = CaptureFile.defaultLimit
+
+    public init() {}
 
     /// Takes `option` (with its dashes, as on the command line) and the values it needs from
     /// `it`; false when it is unknown or a value is wrong (said through `complain`).
-    mutating func take(_ a: String, from it: inout ArgumentCursor, complain: (String) -> Void) -> Bool {
+    public mutating func take(_ a: String, from it: inout ArgumentCursor, complain: (String) -> Void) -> Bool {
         func value(_ flag: String) -> String? {
             let v = it.next()
             if v == nil { complain("\(flag) needs a value (see `pppbridge run --help`)") }
@@ -288,7 +290,7 @@ struct RunOptions {
 
     /// Checks the options together; false when they do not fit (said through `complain`).
     /// Fills the password from `environment` when only a user was given.
-    mutating func validate(environment: [String: String], complain: (String) -> Void) -> Bool {
+    public mutating func validate(environment: [String: String], complain: (String) -> Void) -> Bool {
         guard (device != nil) != makePty else {
             complain("give exactly one of --device PATH and --pty")
             return false
@@ -324,7 +326,7 @@ struct RunOptions {
     }
 
     /// The PPP link these options describe (after `validate`).
-    var linkConfiguration: LinkConfiguration {
+    public var linkConfiguration: LinkConfiguration {
         var configuration: LinkConfiguration
         switch role {
         case .host:
@@ -353,7 +355,7 @@ struct RunOptions {
     }
 
     /// The channel these options describe, on our own stack (after `validate`; not with --tun).
-    var channelConfiguration: ChannelConfiguration {
+    public var channelConfiguration: ChannelConfiguration {
         var c = ChannelConfiguration(line: device.map { .device($0, lineOptions) } ?? .pty(linkedAt: link, lineOptions), link: linkConfiguration)
         c.tcp = tcp
         if var s = socks {

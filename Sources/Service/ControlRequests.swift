@@ -35,7 +35,7 @@ extension Service {
         guard let t = terminal(name) else { return failure(ControlCode.noSuchTerminal, "no terminal '\(PeerText.escaped(name, limit: 64))'") }
         switch command {
         case "status":
-            var object = ChannelRun.statusObject(t.channel.status)
+            var object = StatusJSON.object(t.channel.status)
             for (k, v) in Service.summary(t) { object[k] = v }
             return ["ok": true, "terminal": object]
         case "add-bridge", "remove-bridge":

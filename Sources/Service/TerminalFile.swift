@@ -7,7 +7,7 @@ import NetStack
 /// style: each line is one of `run`'s long options without its dashes and its values
 /// (`device /dev/ttyACM0`, `bridge host:5000`), `#` starts a comment. Parsed with `run`'s own
 /// parser, so the checks and their messages are the same; each message says the file and line.
-struct TerminalFile {
+public struct TerminalFile {
     /// Terminals per `serve` (each file is one; the directory is the administrator's, but a
     /// runaway script filling it must not exhaust the process's descriptors).
     static let maximumTerminals = 256
@@ -39,9 +39,10 @@ struct TerminalFile {
         init(_ message: String) { messages = [message] }
     }
 
-    struct Defaults {
-        var holdoff = 5
-        var maxfail = 10
+    public struct Defaults {
+        public var holdoff = 5
+        public var maxfail = 10
+        public init() {}
     }
 
     /// `run` options that have no place in `serve`, and why.

@@ -1,0 +1,47 @@
+import Channel
+import Foundation
+
+/// One encoder for a channel's status, for `run`'s status file and `serve`'s control socket
+/// alike. Peer text reaches it (a close reason carries what the terminal sent), so it goes
+/// through JSONSerialization, which escapes every string.
+public enum StatusJSON {
+    /// The status as a JSON object (for `run`'s status file and `serve`'s control socket).
+    public static func object(_ s: ChannelStatus) -> [String: Any] {
+        func traffic(_ t: TrafficCounters) -> [String: Any] {
+            ["connections": t.connections, "active": t.active, "bytes_to_terminal": t.bytesToTerminal,
+             "bytes_to_host": t.bytesToHost, "failures": t.failures, "refused": t.refused]
+        }
+        var object: [String: Any] = [
+            "state": s.state.rawValue,
+            "bridges": s.bridges.map { b in traffic(b.traffic).merging(["kind": b.kind.rawValue, "port": Int(b.port)]) { $1 } },
+            "line_bytes_in": s.lineBytesIn, "line_bytes_out": s.lineBytesOut,
+            "frames_in": s.framesIn, "frames_out": s.framesOut, "frames_dropped": s.framesDropped, "opens": s.opens,
+        ]
+        if let a = s.addresses {
+            object["ip"] = a.ip.description
+            object["submask"] = a.submask.description
+            object["dns"] = a.dns.map { $0.description as Any } ?? NSNull()
+            object["terminal_ip"] = a.terminalIP.description
+        }
+        if let p = s.proxy {
+            object["proxy"] = traffic(p).merging(["refused": s.proxyRefusals, "refused_by_policy": s.proxyPolicyRefusals,
+                                                  "handshake_timeouts": s.proxyHandshakeTimeouts]) { $1 }
+        }
+        let q = s.lineQueue
+        object["line_queue"] = ["queued": q.queued, "peak": q.peak, "dropped_packets": q.droppedPackets,
+                                "dropped_control_bytes": q.droppedControlBytes, "read_pauses": q.readPauses,
+                                "busy_periods": q.busyPeriods, "clocked_reads": q.clockedReads, "arrival_reads": q.arrivalReads,
+                                "clock_ended_sparse": q.clockEndedSparse, "clock_ended_over_band": q.clockEndedOverBand,
+                                "clock_ended_paused": q.clockEndedPaused]
+        object["accept_backoffs"] = s.acceptBackoffs
+        object["listen_refusals"] = s.listenRefusals
+        if let r = s.lastCloseReason { object["last_close_reason"] = r.description }
+        return object
+    }
+
+    /// `object` as JSON text and a newline; keys sorted so the file reads the same each time.
+    public static func line(_ object: [String: Any]) -> String {
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else { return "{}\n" }
+        return String(decoding: data, as: UTF8.self) + "\n"
+    }
+}
