@@ -1,39 +1,32 @@
 #!/usr/bin/env python3
 """`pppbridge serve` under hostile local clients: a measurement program, not a test.
 
-Each subcommand starts `serve` (with --control and --metrics) on a configuration directory of its
-own with simulated terminals (`pppbridge run --pty --link PATH --role terminal --services echo`, as
-Tools/serve-scale.py), does what a hostile or careless local program could, and measures whether
-serve still answers and keeps its links up.
+Each subcommand starts `serve` (--control, --metrics) on a directory of its own with simulated
+terminals (`pppbridge run --pty --link PATH --role terminal --services echo`, as serve-scale.py),
+does what a hostile or careless local program could, and measures whether serve still answers.
 
     Tools/serve-hostile.py [--binary .build/release/pppbridge] SUBCOMMAND [options]
 
   flood --kind control|bridge|metrics [--terminals 16] [--seconds 60]
-      control: 64 KiB blocks of b"\\n" into the control socket as fast as it takes them, never
-      reading; bridge: 64 KiB blocks into one terminal's bridge (to its echo), replies drained;
-      metrics: 8 threads GET /metrics in a loop, and a slowloris sending a byte a second.
-      Meanwhile `ctl list` is timed every 0.5 s (and, beside it, a list on our own socket) and
-      `ctl events` counts `closed`. Goal: no closed event, all open at the end, every ctl list
-      answered, the worst in under 0.5 s.
-  nofile [--clients 100]
-      serve under `prlimit --nofile=64:64`, terminals a (bridge host:PORT) and b (`holdoff 1`);
-      the clients held on a's bridge while b's simulator is killed and started again on the same
-      link. Goal: b open again within 10 s + its holdoff, ctl list answered.
-  idle-control [--connections 40]
-      connections to the control socket that send nothing; 15 s later ctl list is timed.
-      Goal: answered ok in under 2 s.
-  secrets
-      evil.conf in the config directory, a symbolic link to a file holding a secret, and a
-      terminal whose `pcap` names an existing 0600 file that is no capture. Goal: the secret is
-      in neither serve's log, the events nor ctl list, and the file is unchanged.
-  hotplug [--terminals 64] [--seconds 3]
-      create/unlink pairs of unrelated names, as fast as we can, in the one directory holding
-      every terminal's link; serve's CPU then and over an equal quiet period before. Goal: all
-      still open, no closed event, ctl list answered, serve under a quarter of a core.
+      64 KiB blocks of newlines into the control socket, never read (control); 64 KiB blocks into
+      one terminal's bridge to its echo, replies drained (bridge); 8 threads of GET /metrics and
+      a slowloris at a byte a second (metrics). `ctl list` timed every 0.5 s, `ctl events` watched.
+      Goal: no closed event, all open at the end, every ctl list answered, the worst under 0.5 s.
+  nofile [--clients 100]     serve under `prlimit --nofile=64:64`; clients held on terminal a's
+      bridge while b's simulator (holdoff 1) is killed and started again on the same link.
+      Goal: b open again within 10 s + its holdoff, ctl list answered.
+  idle-control [--connections 40]   connections to the control socket that send nothing; ctl
+      list timed 15 s later. Goal: answered ok in under 2 s.
+  secrets     evil.conf, a symbolic link to a file holding a secret, in the config directory; a
+      terminal whose `pcap` names an existing 0600 file that is no capture. Goal: the secret is in
+      neither serve's log, the events nor ctl list; the file is unchanged.
+  hotplug [--terminals 64] [--seconds 3]   create/unlink pairs of unrelated names, as fast as we
+      can, in the directory of every terminal's link; serve's CPU then and in an equal quiet
+      period before. Goal: all still open, ctl list answered, serve under a quarter of a core.
 
-Traffic stays on ptys, Unix sockets and 127.0.0.1 (a `bridge host:PORT` listens on every interface;
-only loopback is used). Every child and temporary directory is removed at the end. Each subcommand
-prints `RESULT serve-hostile SUBCOMMAND key=value ...` last and exits 0 when its goal held, else 1.
+Traffic stays on ptys, Unix sockets and 127.0.0.1 (`bridge host:PORT` listens on every interface;
+only loopback is used); children and temporary directories are removed at the end. The last line
+is `RESULT serve-hostile SUBCOMMAND key=value ...`; exit status 0 when the goal held, else 1.
 """
 import argparse
 import hashlib
@@ -49,6 +42,7 @@ import tempfile
 import threading
 import time
 
+GET = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 def free_port():
     with socket.socket() as s:
@@ -70,6 +64,40 @@ def rss_kib(pid):
 def percentile(values, q):
     s = sorted(values)
     return s[min(len(s) - 1, int(q * len(s)))] if s else 0.0
+
+
+def connected(address, seconds=5):
+    """A socket connected to a Unix socket path or a (host, port)."""
+    s = socket.socket(socket.AF_UNIX) if isinstance(address, str) else socket.socket()
+    s.settimeout(seconds)
+    s.connect(address)
+    return s
+
+
+def still_open(sock):
+    """False once the peer has closed or reset `sock` (whatever it sent before is read and dropped)."""
+    sock.setblocking(False)
+    try:
+        while sock.recv(65536):
+            pass
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+
+
+def exchange(address, request, until=None, seconds=5):
+    """Sends `request` on a new connection (a Unix socket path or a (host, port)) and reads until
+    `until` arrives, the peer closes, 4 MiB or `seconds`; returns the bytes (OSError passes)."""
+    t0, data = time.monotonic(), b""
+    with connected(address, seconds) as s:
+        s.sendall(request)
+        while (until is None or until not in data) and len(data) < 1 << 22 and time.monotonic() - t0 < seconds:
+            if not (chunk := s.recv(65536)):
+                break
+            data += chunk
+    return data
 
 
 def bump(stats, key, n=1):
@@ -161,20 +189,24 @@ class Serve:
 
     def raw_list(self):
         """Seconds for a list request on our own control connection (no process started), or None."""
-        t0, data = time.monotonic(), b""
+        t0 = time.monotonic()
         try:
-            with socket.socket(socket.AF_UNIX) as s:
-                s.settimeout(5)
-                s.connect(self.control)
-                s.sendall(b'{"cmd":"list"}\n')
-                while b"\n" not in data and time.monotonic() - t0 < 5:
-                    chunk = s.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
+            return time.monotonic() - t0 if b'"ok":true' in exchange(self.control, b'{"cmd":"list"}\n', b"\n") else None
         except OSError:
             return None
-        return time.monotonic() - t0 if b'"ok":true' in data else None
+
+    def up(self, names, extra=lambda name: (), services=lambda name: "echo", seconds=120):
+        """serve, `ctl events`, then the terminals; True when ctl list shows them all open."""
+        self.start()
+        self.subscribe()
+        for n in names:
+            self.terminal(n, *extra(n), services=services(n))
+        return self.wait_open(names, seconds)
+
+    def ending(self, names, since):
+        """(how many of `names` ctl list shows open, closed events since `since`)."""
+        final = self.states()
+        return sum(1 for n in names if final.get(n) == "open"), self.events_of("closed", since)
 
     def states(self):
         return {t["name"]: t["state"] for t in (self.ctl("list")[0] or {}).get("terminals", [])}
@@ -208,17 +240,13 @@ class Serve:
         return [e for t, e in self.events if t >= since and isinstance(e, dict) and e.get("event") == kind
                 and terminal in (None, e.get("terminal"))]
 
-    def print_metrics(self, *prefixes):
+    def print_metrics(self, *prefixes, only=""):
         try:
-            with socket.create_connection(("127.0.0.1", self.metrics_port), timeout=10) as s:
-                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-                data, t0 = b"", time.time()
-                while time.time() - t0 < 10 and (chunk := s.recv(65536)):
-                    data += chunk
+            data = exchange(("127.0.0.1", self.metrics_port), GET, seconds=10)
         except OSError as e:
             return print(f"metrics: not fetched ({e})")
         for line in data.decode(errors="replace").splitlines():
-            if line.startswith(prefixes):
+            if line.startswith(prefixes) and only in line:
                 print(f"  {line}")
 
 
@@ -270,14 +298,14 @@ class Poller:
 
 # Flood clients: each runs until `stop` is set or its deadline passes, counting into `stats`.
 
-def flood_stream(connect, drain, stop, deadline, stats):
+def flood_stream(address, drain, stop, deadline, stats):
     """64 KiB blocks as fast as the socket takes them (replies read and dropped when `drain`),
     connecting again whenever the server lets us go."""
     block, sock = (b"\xa5" if drain else b"\n") * 65536, None
     while not stop.is_set() and time.time() < deadline:
         try:
             if sock is None:
-                sock = connect()
+                sock = connected(address)
                 sock.setblocking(False)
                 bump(stats, "connections")
             readable, writable, _ = select.select([sock] if drain else [], [sock], [], 0.1)
@@ -301,11 +329,7 @@ def flood_stream(connect, drain, stop, deadline, stats):
 def flood_metrics_get(port, stop, deadline, stats, lock):
     while not stop.is_set() and time.time() < deadline:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-                data = b""
-                while len(data) < 1 << 22 and (chunk := s.recv(65536)):
-                    data += chunk
+            data = exchange(("127.0.0.1", port), GET)
             key = "get_ok" if data.startswith(b"HTTP/1.") and b" 200 " in data[:20] else "get_bad"
         except OSError:
             key = "get_failed"
@@ -325,7 +349,7 @@ def slowloris(port, stop, deadline, stats):
                     s.sendall(bytes([byte]))
                     if stop.wait(1.0):
                         return
-                    if select.select([s], [], [], 0)[0] and not s.recv(4096):
+                    if select.select([s], [], [], 0)[0] and not still_open(s):
                         raise ConnectionResetError("closed")
         except OSError:
             bump(stats, "slow_let_go")
@@ -336,25 +360,12 @@ def slowloris(port, stop, deadline, stats):
 def cmd_flood(args, srv):
     names = [f"t{n:02d}" for n in range(args.terminals)]
     ports = {n: free_port() for n in names}
-    srv.start()
-    srv.subscribe()
-    for n in names:
-        if args.kind == "bridge":
-            srv.terminal(n, f"bridge host:{ports[n]}", services=f"echo:{ports[n]}")
-        else:
-            srv.terminal(n)
-    all_open = srv.wait_open(names)
+    all_open = srv.up(names, lambda n: [f"bridge host:{ports[n]}"] * (args.kind == "bridge"), lambda n: f"echo:{ports[n]}")
     stop, stats, lock = threading.Event(), {}, threading.Lock()
     t_start, deadline = time.monotonic(), time.time() + args.seconds
-    if args.kind == "control":
-        def connect():
-            s = socket.socket(socket.AF_UNIX)
-            s.connect(srv.control)
-            return s
-        threads = [threading.Thread(target=flood_stream, args=(connect, False, stop, deadline, stats))]
-    elif args.kind == "bridge":
-        connect = lambda: socket.create_connection(("127.0.0.1", ports[names[0]]), timeout=5)
-        threads = [threading.Thread(target=flood_stream, args=(connect, True, stop, deadline, stats))]
+    if args.kind != "metrics":
+        address = srv.control if args.kind == "control" else ("127.0.0.1", ports[names[0]])
+        threads = [threading.Thread(target=flood_stream, args=(address, args.kind == "bridge", stop, deadline, stats))]
     else:
         threads = [threading.Thread(target=flood_metrics_get, args=(srv.metrics_port, stop, deadline, stats, lock))
                    for _ in range(8)]
@@ -374,12 +385,14 @@ def cmd_flood(args, srv):
             t.join(10)
     worst, p50 = poller.report()
     time.sleep(1)
-    final = srv.states()
-    open_at_end, closed = sum(1 for n in names if final.get(n) == "open"), srv.events_of("closed", t_start)
+    open_at_end, closed = srv.ending(names, t_start)
     print(f"flood clients: {json.dumps(stats, sort_keys=True)}")
     print(f"serve: {cpu:.1f} s of CPU during the flood ({100 * cpu / args.seconds:.0f}% of a core), RSS peak "
           f"{poller.rss_peak} KiB, {'running' if srv.proc.poll() is None else f'exited {srv.proc.returncode}'}")
-    srv.print_metrics("pppbridge_control_clients_closed", "pppbridge_metrics_clients_closed")
+    if args.kind == "bridge":
+        srv.print_metrics("pppbridge_bridge_", "pppbridge_line_frames_dropped", only='"t00"')
+    else:
+        srv.print_metrics(f"pppbridge_{args.kind}_clients")
     print(f"closed events during the flood: {len(closed)}; terminals not open at the end: {len(names) - open_at_end}")
     for e in closed[:5]:
         print(f"  {json.dumps(e)}")
@@ -390,7 +403,7 @@ def cmd_flood(args, srv):
 
 
 def cmd_nofile(args, srv):
-    port, clients, refused, held, b_reopen, ctl_worst, reply = free_port(), [], 0, 0, None, 0.0, None
+    port, clients, refused, b_reopen, ctl_worst, reply = free_port(), [], 0, None, 0.0, None
     srv.start(prefix=("prlimit", "--nofile=64:64", "--"))
     srv.subscribe()
     srv.terminal("a", f"bridge host:{port}", services=f"echo:{port}")
@@ -399,18 +412,11 @@ def cmd_nofile(args, srv):
     try:
         for _ in range(args.clients):
             try:
-                clients.append(socket.create_connection(("127.0.0.1", port), timeout=2))
+                clients.append(connected(("127.0.0.1", port), 2))
             except OSError:
                 refused += 1
         time.sleep(2)
-        for c in clients:
-            c.setblocking(False)
-            try:
-                held += 1 if c.recv(1) else 0  # the echo sends nothing unasked
-            except BlockingIOError:
-                held += 1
-            except OSError:
-                pass
+        held = sum(1 for c in clients if still_open(c))
         print(f"clients on a's bridge: {len(clients)} connected, {refused} refused at connect, {held} still connected after 2 s")
         t_kill = time.monotonic()
         srv.sims["b"].kill()
@@ -444,30 +450,18 @@ def cmd_nofile(args, srv):
 
 
 def cmd_idle_control(args, srv):
-    srv.start()
-    srv.terminal("t0")
-    srv.wait_open(["t0"], 60)
-    conns, closed_at, with_data = [], {}, 0
+    srv.up(["t0"], seconds=60)
+    conns, closed_at = [], {}
     try:
-        for _ in range(args.connections):
-            conns.append(socket.socket(socket.AF_UNIX))
-            conns[-1].connect(srv.control)
-            conns[-1].setblocking(False)
+        conns = [connected(srv.control) for _ in range(args.connections)]
         print(f"{len(conns)} idle connections to the control socket; watching them for 15 s")
         t0 = time.monotonic()
         while time.monotonic() - t0 < 15:
             for s in select.select([s for s in conns if s not in closed_at], [], [], 0.2)[0]:
-                try:
-                    data = s.recv(65536)
-                    with_data += 1 if data else 0
-                    if not data:
-                        closed_at[s] = time.monotonic() - t0
-                except BlockingIOError:
-                    pass
-                except OSError:
+                if not still_open(s):
                     closed_at[s] = time.monotonic() - t0
         times = sorted(closed_at.values())
-        print(f"closed by the server: {len(times)} of {len(conns)} ({with_data} reads with data)"
+        print(f"closed by the server: {len(times)} of {len(conns)}"
               + (f"; at {', '.join(f'{t:.1f}' for t in sorted(set(round(t, 1) for t in times)))} s" if times else ""))
         reply, seconds, text = srv.ctl("list")
         answered = bool(reply and reply.get("ok"))
@@ -490,10 +484,7 @@ def cmd_secrets(args, srv):
         f.write(os.urandom(4096))
     digest = lambda: hashlib.sha256(open(accounts, "rb").read()).hexdigest()
     before = digest()
-    srv.start()
-    srv.subscribe()
-    srv.terminal("good")
-    srv.wait_open(["good"], 60)
+    srv.up(["good"], seconds=60)
     os.symlink(secret_file, os.path.join(srv.conf, "evil.conf"))
     t_added = time.monotonic()
     srv.terminal("pcapper", f"pcap {accounts}")
@@ -520,11 +511,7 @@ def cmd_secrets(args, srv):
 
 def cmd_hotplug(args, srv):
     names = [f"t{n:02d}" for n in range(args.terminals)]
-    srv.start()
-    srv.subscribe()
-    for n in names:
-        srv.terminal(n)
-    all_open = srv.wait_open(names, 180)
+    all_open = srv.up(names, seconds=180)
     time.sleep(2)
     pid = srv.proc.pid
     quiet0 = cpu_seconds(pid)
@@ -540,8 +527,7 @@ def cmd_hotplug(args, srv):
     busy = cpu_seconds(pid) - c0
     stop.set()
     worst, _ = poller.report()
-    final = srv.states()
-    open_at_end, closed = sum(1 for n in names if final.get(n) == "open"), srv.events_of("closed", t_start)
+    open_at_end, closed = srv.ending(names, t_start)
     print(f"quiet {args.seconds} s: serve used {quiet:.2f} s of CPU")
     print(f"churn {args.seconds} s: {pairs} create/unlink pairs ({pairs / args.seconds:.0f}/s) beside the links; serve used "
           f"{busy:.2f} s of CPU ({100 * busy / args.seconds:.0f}% of a core, {1e6 * busy / max(pairs, 1):.1f} us a pair)")

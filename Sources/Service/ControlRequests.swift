@@ -1,68 +1,62 @@
 import Channel
 import Foundation
 import NetStack
-import Payment
 
 /// The control socket's requests: `{"cmd":NAME, ...}` in, one JSON object out.
 extension Service {
-    /// Codes beyond the header's -1…-4 (which `add-bridge` returns as they are).
-    enum ControlCode {
-        static let noSuchBridge: Int32 = -5
-        static let noSuchTerminal: Int32 = -6
-        static let badRequest: Int32 = -7
+    /// Answers one line of the control socket.
+    func answer(_ line: [UInt8]) -> [String: Any] {
+        switch ControlRequest.decode(line) {
+        case let .success(request): return answer(request)
+        case let .failure(e): return Service.failure(e.code, e.message)
+        }
     }
 
-    func answer(_ line: [UInt8]) -> [String: Any] {
-        func failure(_ code: Int32, _ text: String) -> [String: Any] { ["ok": false, "code": Int(code), "error": text] }
-        guard let request = try? JSONParser.parse(line), request.members != nil else {
-            return failure(ControlCode.badRequest, "expected a JSON object with cmd")
-        }
-        guard let command = request["cmd"]?.string else { return failure(ControlCode.badRequest, "expected a JSON object with cmd") }
-        if command == "list" {
+    static func failure(_ code: Int32, _ text: String) -> [String: Any] { ["ok": false, "code": Int(code), "error": text] }
+
+    /// Answers a request (`subscribe` is the control server's, and only acknowledged here).
+    func answer(_ request: ControlRequest) -> [String: Any] {
+        let bad = ControlReplyCode.badRequest
+        switch request {
+        case .list:
             return ["ok": true, "terminals": terminals.keys.sorted().compactMap { terminal($0).map(Service.summary) }]
+        case .subscribe:
+            return ["ok": true]
+        default:
+            break
         }
-        if stopping { return failure(ControlCode.badRequest, "the service is stopping") }
-        if command == "reload" {
+        if stopping { return Service.failure(bad, "the service is stopping") }
+        if case .reload = request {
             // Debounced: a client asking for thousands of reloads gets one.
             scheduleScan()
             return ["ok": true]
         }
-        let known = ["status", "add-bridge", "remove-bridge", "set-keepalive", "open", "close"]
-        guard known.contains(command) else {
-            return failure(ControlCode.badRequest, "unknown cmd '\(PeerText.escaped(command, limit: 64))' (list, status, add-bridge, remove-bridge, set-keepalive, open, close, subscribe, reload)")
+        guard let name = request.terminal else { return Service.failure(bad, "\(request.command) needs \"terminal\"") }
+        guard let t = terminal(name) else {
+            return Service.failure(ControlReplyCode.noSuchTerminal, "no terminal '\(PeerText.escaped(name, limit: 64))'")
         }
-        guard let name = request["terminal"]?.string else { return failure(ControlCode.badRequest, "\(command) needs \"terminal\"") }
-        guard let t = terminal(name) else { return failure(ControlCode.noSuchTerminal, "no terminal '\(PeerText.escaped(name, limit: 64))'") }
-        switch command {
-        case "status":
+        switch request {
+        case .status:
             var object = StatusJSON.object(t.channel.status)
             for (k, v) in Service.summary(t) { object[k] = v }
             return ["ok": true, "terminal": object]
-        case "add-bridge", "remove-bridge":
-            guard let text = request["bridge"]?.string, let spec = BridgeSpec(parsing: text) else {
-                return failure(ControlCode.badRequest, "\"bridge\" is host:PORT, local:PORT or terminal:PORT")
-            }
-            if command == "remove-bridge" {
-                return t.removeBridge(spec) ? ["ok": true] : failure(ControlCode.noSuchBridge, "no bridge \(spec)")
-            }
-            do throws(BridgeError) { try t.addBridge(spec) } catch { return failure(error.rawValue, error.description) }
+        case let .removeBridge(_, spec):
+            return t.removeBridge(spec) ? ["ok": true] : Service.failure(ControlReplyCode.noSuchBridge, "no bridge \(spec)")
+        case let .addBridge(_, spec):
+            do throws(BridgeError) { try t.addBridge(spec) } catch { return Service.failure(error.rawValue, error.description) }
             updateReserve()
             return ["ok": true]
-        case "set-keepalive":
-            guard let idle = request["idle"]?.integer, let interval = request["interval"]?.integer, let count = request["count"]?.integer,
-                  let i = Int32(exactly: idle), let v = Int32(exactly: interval), let c = Int32(exactly: count),
-                  KeepAliveSettings(idleSeconds: i, probeIntervalSeconds: v, probeCount: c).isValid
-            else {
-                return failure(ControlCode.badRequest, "set-keepalive takes idle (1–32767 s), interval (1–32767 s) and count (1–127)")
-            }
-            t.channel.setKeepAlive(KeepAliveSettings(idleSeconds: i, probeIntervalSeconds: v, probeCount: c))
+        case let .setKeepAlive(_, settings):
+            t.channel.setKeepAlive(settings)
             return ["ok": true]
-        case "open":
+        case .open:
             t.start()
             return ["ok": true, "state": t.state.rawValue]
-        default:
+        case .close:
             t.stop()
             return ["ok": true, "state": t.state.rawValue]
+        case .list, .subscribe, .reload:
+            return ["ok": true]
         }
     }
 
@@ -104,14 +98,5 @@ extension Service {
         case let .configurationError(path, errors):
             return ["event": "configuration-error", "file": path, "errors": errors]
         }
-    }
-}
-
-extension BridgeSpec {
-    /// `host:PORT`, `local:PORT` or `terminal:PORT`.
-    init?(parsing text: String) {
-        let parts = text.split(separator: ":", omittingEmptySubsequences: false)
-        guard parts.count == 2, let kind = BridgeKind(rawValue: String(parts[0])), let port = decimal(parts[1], as: UInt16.self), port > 0 else { return nil }
-        self.init(kind, port: port)
     }
 }

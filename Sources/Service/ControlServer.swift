@@ -2,7 +2,6 @@ import Channel
 import Foundation
 import Glibc
 import NetStack
-import Payment
 
 /// `serve`'s control socket: a Unix socket whose mode (0660) says who may drive the service;
 /// JSON lines, one request and one reply each, and for subscribers a stream of event lines.
@@ -144,7 +143,7 @@ final class ControlServer {
             case .tooLong:
                 reply = ["ok": false, "error": "request longer than \(ControlServer.lineLimit) bytes: skipped"]
             case let .line(line):
-                if ControlServer.command(of: line) == "subscribe" {
+                if ControlServer.isSubscribe(line) {
                     if client.subscribed || subscriberCount < min(ControlServer.subscriberLimit, clientLimit - 1) {
                         client.subscribed = true
                         reply = ["ok": true]
@@ -176,9 +175,10 @@ final class ControlServer {
         }
     }
 
-    /// The `cmd` of a request, if it has one.
-    static func command(of line: [UInt8]) -> String? {
-        (try? JSONParser.parse(line))?["cmd"]?.string
+    /// Whether a line asks to subscribe.
+    static func isSubscribe(_ line: [UInt8]) -> Bool {
+        if case .success(.subscribe) = ControlRequest.decode(line) { return true }
+        return false
     }
 
     /// Sends `text` to every subscriber.

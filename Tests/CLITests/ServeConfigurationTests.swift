@@ -83,10 +83,17 @@ import Testing
     }
 
     @Test func ctlWordsBecomeRequests() {
-        #expect(CtlCommand.request(["list"])?.text == #"{"cmd":"list"}"#)
-        #expect(CtlCommand.request(["add-bridge", "t1", "host:5000"])?.text == #"{"cmd":"add-bridge","terminal":"t1","bridge":"host:5000"}"#)
-        #expect(CtlCommand.request(["set-keepalive", "t1", "60,10,5"])?.text == #"{"cmd":"set-keepalive","terminal":"t1","idle":60,"interval":10,"count":5}"#)
-        #expect(CtlCommand.request(["events"])?.text == #"{"cmd":"subscribe"}"#)
+        #expect(CtlCommand.request(["list"])?.line == #"{"cmd":"list"}"#)
+        #expect(CtlCommand.request(["add-bridge", "t1", "host:5000"])?.line == #"{"bridge":"host:5000","cmd":"add-bridge","terminal":"t1"}"#)
+        #expect(CtlCommand.request(["set-keepalive", "t1", "60,10,5"])?.line == #"{"cmd":"set-keepalive","count":5,"idle":60,"interval":10,"terminal":"t1"}"#)
+        #expect(CtlCommand.request(["events"])?.line == #"{"cmd":"subscribe"}"#)
+        #expect(CtlCommand.request(["add-bridge", "t1", "host:+5000"]) == nil)
+        // Every request is a value the service's own decoder reads back as itself.
+        for words in [["list"], ["status", "t1"], ["add-bridge", "t1", "local:7"], ["remove-bridge", "t1", "terminal:9"], ["set-keepalive", "t1", "1,2,3"],
+                      ["open", "t1"], ["close", "t1"], ["reload"], ["events"]] {
+            let r = CtlCommand.request(words)
+            #expect(r != nil && (try? ControlRequest.decode(Array(r!.line.utf8)).get()) == r, "\(words)")
+        }
         #expect(CtlCommand.request(["status"]) == nil)
         #expect(CtlCommand.request(["set-keepalive", "t1", "60,10"]) == nil)
     }

@@ -71,7 +71,7 @@ struct CtlCommand {
             return 1
         }
         defer { close(fd) }
-        guard CtlCommand.write(fd, Array((request.text + "\n").utf8)) else {
+        guard CtlCommand.write(fd, Array((request.line + "\n").utf8)) else {
             error("pppbridge ctl: \(socketPath): \(String(cString: strerror(errno)))")
             return 1
         }
@@ -116,23 +116,24 @@ struct CtlCommand {
         return "/run/pppbridge/control"
     }
 
-    /// The request for the command line's words; nil when they are not a command.
-    static func request(_ words: [String]) -> JSONValue? {
+    /// The request for the command line's words; nil when they are not a command (the
+    /// service's own decoder decides, so ctl refuses exactly what the service would).
+    static func request(_ words: [String]) -> ControlRequest? {
+        var object: [String: Any]
         switch (words.first, words.count) {
-        case ("list", 1): return ["cmd": "list"]
-        case ("reload", 1): return ["cmd": "reload"]
-        case ("events", 1): return ["cmd": "subscribe"]
-        case ("status", 2), ("open", 2), ("close", 2):
-            return ["cmd": .string(words[0]), "terminal": .string(words[1])]
-        case ("add-bridge", 3), ("remove-bridge", 3):
-            return ["cmd": .string(words[0]), "terminal": .string(words[1]), "bridge": .string(words[2])]
+        case ("list", 1), ("reload", 1): object = ["cmd": words[0]]
+        case ("events", 1): object = ["cmd": "subscribe"]
+        case ("status", 2), ("open", 2), ("close", 2): object = ["cmd": words[0], "terminal": words[1]]
+        case ("add-bridge", 3), ("remove-bridge", 3): object = ["cmd": words[0], "terminal": words[1], "bridge": words[2]]
         case ("set-keepalive", 3):
             let parts = words[2].split(separator: ",", omittingEmptySubsequences: false)
-            let n = parts.compactMap { decimal($0, as: Int64.self) }
+            let n = parts.compactMap { decimal($0, as: Int.self) }
             guard parts.count == 3, n.count == 3 else { return nil }
-            return ["cmd": "set-keepalive", "terminal": .string(words[1]), "idle": .integer(n[0]), "interval": .integer(n[1]), "count": .integer(n[2])]
+            object = ["cmd": "set-keepalive", "terminal": words[1], "idle": n[0], "interval": n[1], "count": n[2]]
         default: return nil
         }
+        guard let data = try? JSONSerialization.data(withJSONObject: object) else { return nil }
+        return try? ControlRequest.decode(Array(data)).get()
     }
 
     static func write(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
