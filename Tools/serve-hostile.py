@@ -68,10 +68,17 @@ def percentile(values, q):
 
 def connected(address, seconds=5):
     """A socket connected to a Unix socket path or a (host, port)."""
-    s = socket.socket(socket.AF_UNIX) if isinstance(address, str) else socket.socket()
+    s, deadline = socket.socket(socket.AF_UNIX) if isinstance(address, str) else socket.socket(), time.time() + seconds
     s.settimeout(seconds)
-    s.connect(address)
-    return s
+    while True:
+        try:
+            s.connect(address)
+            return s
+        except BlockingIOError:  # a Unix socket's full backlog: EAGAIN, where a blocking connect would wait
+            if time.time() > deadline:
+                s.close()
+                raise
+            time.sleep(0.01)
 
 
 def still_open(sock):

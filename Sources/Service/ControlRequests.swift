@@ -51,10 +51,10 @@ extension Service {
             return ["ok": true]
         case .open:
             t.start()
-            return ["ok": true, "state": t.state.rawValue]
+            return ["ok": true, "state": t.state.name]
         case .close:
             t.stop()
-            return ["ok": true, "state": t.state.rawValue]
+            return ["ok": true, "state": t.state.name]
         case .list, .subscribe, .reload:
             return ["ok": true]
         }
@@ -62,7 +62,7 @@ extension Service {
 
     /// One terminal as `list` shows it.
     static func summary(_ t: ServedTerminal) -> [String: Any] {
-        var object: [String: Any] = ["name": t.name, "state": t.state.rawValue, "device": t.file.device,
+        var object: [String: Any] = ["name": t.name, "state": t.state.name, "device": t.file.device,
                                      "bridges": t.bridges.map(\.description), "failures": t.failures]
         if t.state == .open, let a = t.channel.currentAddresses {
             object["ip"] = a.ip.description

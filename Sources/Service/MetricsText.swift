@@ -49,10 +49,11 @@ enum MetricsText {
         for t in terminals {
             let terminal = ("terminal", t.name)
             add("pppbridge_terminal_up", "gauge", "Whether the terminal's link is open.", [terminal], t.state == .open ? 1 : 0)
-            for state in [ServedTerminal.State.waiting, .opening, .open, .closed] {
-                add("pppbridge_terminal_state", "gauge", "The terminal's state (1 for the current one).", [terminal, ("state", state.rawValue)],
-                    t.state == state ? 1 : 0)
+            for state in TerminalSupervisor.State.names where state != "retired" {
+                add("pppbridge_terminal_state", "gauge", "The terminal's state (1 for the current one).", [terminal, ("state", state)],
+                    t.state.name == state ? 1 : 0)
             }
+            add("pppbridge_terminal_failed_opens", "gauge", "Failed opens in a row (pppd's maxfail counts these).", [terminal], t.failures)
             add("pppbridge_link_opens_total", "counter", "Links that reached IPCP.", [terminal], t.opens)
             for reason in ChannelCloseReason.names {
                 add("pppbridge_link_closes_total", "counter", "Links that ended, by reason.", [terminal, ("reason", reason)], t.closeReasons[reason] ?? 0)

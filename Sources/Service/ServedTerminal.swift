@@ -14,33 +14,31 @@ enum ServiceEvent {
     case configurationError(path: String, [String])
 }
 
-/// One terminal of `serve`: its channel, kept open with pppd's `persist` semantics. A device
-/// that is not there is waited for (the service's directory watcher says when it may have come);
-/// a link that ends is reopened after `holdoff` seconds; `maxfail` failed opens in a row (a link
-/// that never reached IPCP) leave it closed until it is opened again, its file changes or its
-/// device appears anew.
+/// One terminal of `serve`: its channel, kept open by a `TerminalSupervisor` (pppd's `persist`,
+/// `holdoff` and `maxfail`). This class is the supervisor's shell: it tells it what happened
+/// (the channel's events, the directory watcher's changes, the control socket's requests) with
+/// what the device path leads to now, and does what it answers: opens or closes the channel,
+/// runs the holdoff's timer on the loop, says what happened.
 final class ServedTerminal {
-    enum State: String { case waiting, opening, open, closed }
-
     let file: TerminalFile
     let channel: Channel
     var name: String { file.name }
     /// The device path as it may be printed (the file's bytes, control characters escaped).
     var devicePrintable: String { TerminalFile.printable(file.device) }
-    private(set) var state = State.closed
-    /// Opens wanted: false after `close` (the control socket) or once retired.
-    private(set) var wanted = false
-    /// Let go for good (its file changed or was removed, or the service stops).
-    private(set) var retired = false
-    /// Failed opens in a row (pppd's maxfail counts these).
-    private(set) var failures = 0
-    private(set) var gaveUp = false
+    private(set) var supervisor: TerminalSupervisor
+    var state: TerminalSupervisor.State { supervisor.state }
+    /// Let go for good, or on the way (its file changed or was removed, or the service stops).
+    var retired: Bool {
+        switch supervisor.state {
+        case .retired, .closing(retiring: true): return true
+        default: return false
+        }
+    }
+    var failures: Int { supervisor.failures }
     private var holdoffTimer: Int?
-    private var reachedOpen = false
     /// The bridges added whenever the link opens: the file's, and those the control socket added.
     private(set) var bridges: [BridgeSpec]
     private(set) var lastCloseReason: ChannelCloseReason?
-    private var retiring: (() -> Void)?
 
     // Counters over every link this terminal had (the channel's restart with each link).
     private(set) var opens = 0
@@ -77,6 +75,7 @@ final class ServedTerminal {
         self.publish = publish
         self.say = say
         self.descriptors = descriptors
+        supervisor = TerminalSupervisor(holdoff: .seconds(file.holdoff), maxfail: file.maxfail)
         bridges = file.options.bridges
         var configuration = file.options.channelConfiguration
         configuration.descriptorShare = descriptors
@@ -96,87 +95,86 @@ final class ServedTerminal {
         return LineIdentity(path: file.device) != nil
     }
 
-    /// Starts keeping the link open (a new terminal, or `open` from the control socket).
-    func start() {
-        guard !retired else { return }
-        wanted = true
-        failures = 0
-        gaveUp = false
-        if state == .closed || state == .waiting { attempt() }
+    /// What the device path leads to now, as the supervisor weighs it.
+    private var device: TerminalSupervisor.Device {
+        guard deviceExists else { return .missing }
+        // One line is never two terminals' (two paths to one device, or a link that now leads
+        // to the line another terminal holds).
+        if let line = LineIdentity(path: file.device), let holder = lineHolder(line) { return .heldBy(holder) }
+        return .present
     }
 
+    /// Starts keeping the link open (a new terminal, or `open` from the control socket).
+    func start() { tell(.start) }
+
     /// Closes the link and keeps it closed (`close` from the control socket).
-    func stop() {
-        wanted = false
-        cancelHoldoff()
-        switch state {
-        case .opening, .open: channel.requestClose()
-        case .waiting: state = .closed
-        case .closed: break
-        }
-    }
+    func stop() { tell(.stop) }
 
     /// Stops for good and calls `then` once the line is let go (a file changed or removed).
     func retire(then: @escaping () -> Void) {
-        retired = true
-        stop()
-        if state == .closed { return then() }
         retiring = then
+        tell(.retire)
     }
+
+    private var retiring: (() -> Void)?
 
     /// Something changed in a watched directory: acted on when it concerns the device's path
     /// (its name, or the name of the directory on the way to it; an empty name: anything).
     func changed(_ change: DirectoryWatcher.Change) {
         guard change.name.isEmpty || DirectoryWatcher.component(of: file.device, in: change.directory) == change.name else { return }
-        if gaveUp {
-            // A device that appears anew is a new line: maxfail counts again from zero.
-            if change.appeared && wanted && deviceExists { start() }
-            return
-        }
-        recheck()
+        tell(.deviceChanged(appeared: change.appeared))
     }
 
     /// Opens a terminal that waits for its device, if the device is there now.
     func recheck() {
-        if wanted && !retired && state == .waiting && deviceExists { attempt() }
+        if supervisor.state == .waiting { tell(.deviceChanged(appeared: false)) }
     }
 
-    private func attempt() {
-        cancelHoldoff()
-        guard wanted, !retired else { return }
-        guard deviceExists else { return wait() }
-        // One line is never two terminals' (two paths to one device, or a link that now leads
-        // to the line another terminal holds).
-        if let line = LineIdentity(path: file.device), let holder = lineHolder(line) {
-            if state != .waiting { say("\(name): \(devicePrintable) leads to the line \(holder) holds; waiting for it") }
-            return wait()
+    /// Tells the supervisor, then does what it says and sets the timer it asks for.
+    private func tell(_ event: TerminalSupervisor.Event) {
+        let actions = supervisor.handle(event, device: device, now: loop.now)
+        armTimer()
+        for action in actions { perform(action) }
+    }
+
+    private func perform(_ action: TerminalSupervisor.Action) {
+        switch action {
+        case .openLink:
+            heldLine = LineIdentity(path: file.device)
+            linkCounted = false
+            // A line that cannot be opened is reported by the closed event (handled below).
+            try? channel.start()
+        case .closeLink:
+            channel.requestClose()
+        case let .announceWaiting(holder):
+            if let holder { say("\(name): \(devicePrintable) leads to the line \(holder) holds; waiting for it") }
+            publish(.waiting(terminal: name, device: devicePrintable))
+        case let .announceGaveUp(failures):
+            say("\(name): \(failures) failed opens in a row (maxfail \(file.maxfail)): left closed until opened again or its device appears anew")
+            publish(.gaveUp(terminal: name, failures: failures))
+        case .retired:
+            let then = retiring
+            retiring = nil
+            then?()
         }
-        heldLine = LineIdentity(path: file.device)
-        state = .opening
-        reachedOpen = false
-        linkCounted = false
-        // A line that cannot be opened is reported by the closed event (handled below).
-        try? channel.start()
     }
 
-    private func wait() {
-        guard state != .waiting else { return }
-        state = .waiting
-        publish(.waiting(terminal: name, device: devicePrintable))
-    }
-
-    private func cancelHoldoff() {
+    /// The holdoff's timer, at the supervisor's `pollAt`.
+    private func armTimer() {
         if let t = holdoffTimer { loop.cancelTimer(t) }
         holdoffTimer = nil
+        guard let at = supervisor.pollAt else { return }
+        holdoffTimer = loop.schedule(at: at) { [weak self] in
+            self?.holdoffTimer = nil
+            self?.tell(.tick)
+        }
     }
 
     private func handle(_ event: ChannelEvent) {
         switch event {
         case let .opened(addresses):
-            state = .open
-            reachedOpen = true
-            failures = 0
             opens += 1
+            tell(.linkOpened)
             publish(.opened(terminal: name, addresses))
             for spec in bridges {
                 do throws(BridgeError) { try channel.addBridge(spec.kind, port: spec.port) } catch {
@@ -205,34 +203,11 @@ final class ServedTerminal {
             linkCounted = true
         }
         publish(.closed(terminal: name, reason))
-        state = .closed
         if reason == .lineHangUp, heldLine?.isPseudoTerminal == true { staleLink = LinkStamp(path: file.device) }
         let held = heldLine != nil
         heldLine = nil
-        if let then = retiring {
-            retiring = nil
-            then()
-        } else if wanted {
-            reopenLater()
-        }
+        tell(.linkClosed)
         if held { onLineReleased() }
-    }
-
-    private func reopenLater() {
-        if !reachedOpen { failures += 1 }
-        if file.maxfail > 0 && failures >= file.maxfail {
-            gaveUp = true
-            say("\(name): \(failures) failed opens in a row (maxfail \(file.maxfail)): left closed until opened again or its device appears anew")
-            publish(.gaveUp(terminal: name, failures: failures))
-            return
-        }
-        guard deviceExists else { return wait() }
-        // A failed open is not retried sooner than a second later, whatever the holdoff.
-        let pause = reachedOpen ? file.holdoff : max(file.holdoff, 1)
-        holdoffTimer = loop.schedule(at: loop.now + .seconds(pause)) { [weak self] in
-            self?.holdoffTimer = nil
-            self?.attempt()
-        }
     }
 
     /// Descriptors this terminal keeps out of the pool for itself: its line, its captures and

@@ -259,7 +259,7 @@ import Testing
         var serveOutput: String { String(decoding: FileManager.default.contents(atPath: serveLog) ?? Data(), as: UTF8.self) }
         #expect(await eventually(20) { serveOutput.contains("b: 2 failed opens in a row (maxfail 2)") }, "\(serveOutput)")
         let given = try await Self.ctl(control, ["list"])
-        #expect(Self.states(given.reply) == ["a": "open", "b": "closed"], "\(given.reply)")
+        #expect(Self.states(given.reply) == ["a": "open", "b": "gave-up"], "\(given.reply)")
         #expect(try await Self.ctl(control, ["open", "b"]).status == 0)
         #expect(await eventually(20) { serveOutput.components(separatedBy: "b: 2 failed opens in a row").count == 3 }, "\(serveOutput)")
 
@@ -271,7 +271,7 @@ import Testing
         #expect(!serveOutput.contains("is a's already"), "\(serveOutput)")
         #expect(await Self.eventuallyEchoes(port))
         let renamed = try await Self.ctl(control, ["list"])
-        #expect(Self.states(renamed.reply) == ["b": "closed", "c": "open"], "\(renamed.reply)")
+        #expect(Self.states(renamed.reply) == ["b": "gave-up", "c": "open"], "\(renamed.reply)")
     }
 
     /// Handles used after destroy, destroyed twice or never created, a reopen from did-close on
