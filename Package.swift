@@ -49,7 +49,7 @@ let package = Package(
         .target(name: "PaymentKit", dependencies: ["Payment", "Channel", "NetStack", "PPP", "Crypto"]),
 
         // The C API: ICPPP's calls as C functions over `Channel`.
-        .target(name: "PPPBridgeC", dependencies: ["Channel", "NetStack"], exclude: ["include"]),
+        .target(name: "PPPBridgeC", dependencies: ["Channel", "NetStack", "Service"], exclude: ["include"]),
 
         // Many terminals from a configuration directory: the supervisor, the control protocol,
         // metrics and the service manager's notifications; what `serve` runs and the C API's

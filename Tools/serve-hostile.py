@@ -44,6 +44,7 @@ import time
 
 GET = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,6 +1,9 @@
 import Channel
+import Dispatch
+import Foundation
 import Glibc
 import NetStack
+import Service
 import Synchronization
 
 // The C API of `include/pppbridge.h`. A `pb_channel *` is not a pointer to anything: it is a
@@ -197,5 +200,135 @@ public func pb_channel_destroy(_ p: OpaquePointer?) -> Int32 {
     guard let c = channels.withLock({ $0.table.removeValue(forKey: key) }) else { return invalid }
     // No callback after this returns: the delegate is let go on the loop first.
     c.channel.loop.sync { c.channel.delegate = nil }
+    return 0
+}
+
+// MARK: The service: many terminals from a configuration directory
+
+public typealias ServiceEventCallback = @convention(c) (OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void
+
+/// One C service: the Swift service and the caller's callback and context.
+final class CService: @unchecked Sendable {
+    let service: TerminalService
+    init(service: TerminalService) { self.service = service }
+}
+
+private let services = Mutex<(next: UInt, table: [UInt: CService])>((1, [:]))
+
+private func unwrapService(_ p: OpaquePointer?) -> CService? {
+    guard let p else { return nil }
+    let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(p)))
+    return services.withLock { $0.table[key] }
+}
+
+@_cdecl("pb_service_open")
+public func pb_service_open(_ directory: UnsafePointer<CChar>?, _ onEvent: ServiceEventCallback?, _ context: UnsafeMutableRawPointer?) -> OpaquePointer? {
+    guard let directory, directory.pointee != 0 else {
+        errno = EINVAL
+        return nil
+    }
+    let key = services.withLock { state -> UInt in
+        let key = state.next << 4 | 0x3
+        state.next &+= 1
+        return key
+    }
+    guard let raw = UnsafeRawPointer(bitPattern: key) else {
+        errno = EOVERFLOW
+        return nil
+    }
+    let handle = OpaquePointer(raw)
+    let service: TerminalService
+    do { service = try TerminalService(directory: String(cString: directory)) } catch {
+        errno = error.errno
+        return nil
+    }
+    // The context pointer is the caller's, handed back as it came.
+    let contextBits = UInt(bitPattern: context)
+    if let onEvent {
+        service.observe { event in
+            // Not after pb_service_close: the handle leaves the table first.
+            guard unwrapService(handle) != nil else { return }
+            event.json.withCString { onEvent(handle, $0, UnsafeMutableRawPointer(bitPattern: contextBits)) }
+        }
+    }
+    services.withLock { $0.table[key] = CService(service: service) }
+    service.start()
+    return handle
+}
+
+@_cdecl("pb_service_request")
+public func pb_service_request(_ p: OpaquePointer?, _ request: UnsafePointer<CChar>?, _ reply: UnsafeMutablePointer<CChar>?, _ size: Int) -> Int32 {
+    guard let s = unwrapService(p), let request, size >= 0 else { return invalid }
+    let answer: String
+    let code: Int32
+    switch ControlRequest.decode(Array(String(cString: request).utf8)) {
+    case let .failure(e):
+        answer = StatusJSON.line(["ok": false, "code": Int(e.code), "error": e.message]).trimmingCharacters(in: .newlines)
+        code = cCode(e.code)
+    case let .success(r):
+        answer = s.service.request(r)
+        code = replyCode(answer)
+    }
+    if let reply, size > 0 {
+        let bytes = Array(answer.utf8.prefix(size - 1))
+        for (i, b) in bytes.enumerated() { reply[i] = CChar(bitPattern: b) }
+        reply[bytes.count] = 0
+    }
+    return code
+}
+
+private let noSuchTerminal: Int32 = -8
+private let badRequest: Int32 = -9
+
+/// The control socket's codes as the header gives them (its -6 and -7 are PB_INVALID and
+/// PB_OPEN_FAILED in C).
+private func cCode(_ code: Int32) -> Int32 {
+    switch code {
+    case ControlReplyCode.noSuchTerminal: return noSuchTerminal
+    case ControlReplyCode.badRequest: return badRequest
+    default: return code
+    }
+}
+
+/// 0 for an answer that is ok, else its code.
+private func replyCode(_ answer: String) -> Int32 {
+    guard let object = try? JSONSerialization.jsonObject(with: Data(answer.utf8)) as? [String: Any] else { return badRequest }
+    if object["ok"] as? Bool == true { return 0 }
+    return cCode((object["code"] as? Int).flatMap { Int32(exactly: $0) } ?? ControlReplyCode.badRequest)
+}
+
+private func serviceBridge(_ p: OpaquePointer?, _ terminal: UnsafePointer<CChar>?, _ bridge: UnsafePointer<CChar>?, add: Bool) -> Int32 {
+    guard let s = unwrapService(p), let terminal, let bridge, let spec = BridgeSpec(parsing: String(cString: bridge)) else { return invalid }
+    let name = String(cString: terminal)
+    return replyCode(s.service.request(add ? .addBridge(terminal: name, spec) : .removeBridge(terminal: name, spec)))
+}
+
+@_cdecl("pb_service_add_bridge")
+public func pb_service_add_bridge(_ p: OpaquePointer?, _ terminal: UnsafePointer<CChar>?, _ bridge: UnsafePointer<CChar>?) -> Int32 {
+    serviceBridge(p, terminal, bridge, add: true)
+}
+
+@_cdecl("pb_service_remove_bridge")
+public func pb_service_remove_bridge(_ p: OpaquePointer?, _ terminal: UnsafePointer<CChar>?, _ bridge: UnsafePointer<CChar>?) -> Int32 {
+    serviceBridge(p, terminal, bridge, add: false)
+}
+
+@_cdecl("pb_service_close")
+public func pb_service_close(_ p: OpaquePointer?) -> Int32 {
+    guard let p else { return invalid }
+    let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(p)))
+    guard let s = services.withLock({ $0.table.removeValue(forKey: key) }) else { return invalid }
+    // Every link closed (LCP Terminate-Request), waited for on a thread of our own: the
+    // caller's thread blocks, the loop's never does.
+    let done = DispatchSemaphore(value: 0)
+    let service = s.service
+    Thread.detachNewThread {
+        let task = Task.detached { await service.stop() }
+        Task.detached {
+            await task.value
+            done.signal()
+        }
+    }
+    done.wait()
     return 0
 }

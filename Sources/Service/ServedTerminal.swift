@@ -3,8 +3,9 @@ import Glibc
 import NetStack
 import PPP
 
-/// What `serve` reports to the control socket's subscribers.
-enum ServiceEvent {
+/// What the service reports: to the control socket's subscribers (as `json`), to
+/// `TerminalService.events()`, and to the C API's event callback.
+public enum ServiceEvent: Sendable {
     case opened(terminal: String, ChannelAddresses)
     case closed(terminal: String, ChannelCloseReason)
     case waiting(terminal: String, device: String)

@@ -1,3 +1,6 @@
+import Channel
+import Foundation
+import Glibc
 import NetStack
 import Testing
 @testable import Service
@@ -161,5 +164,35 @@ import Testing
                 #expect(actions.filter { $0 == .openLink || $0 == .closeLink }.count <= 1)
             }
         }
+    }
+}
+
+/// The library face of the service on a loop of virtual time: typed requests in, JSON out, and
+/// the events as a stream.
+@Suite struct TerminalServiceTests {
+    @Test func requestsAndEventsOnVirtualTime() async throws {
+        let scratch = try ServiceScratch()
+        try "device \(scratch.path)/missing\nholdoff 2\n".write(toFile: scratch.path + "/t1.conf", atomically: true, encoding: .utf8)
+        chmod(scratch.path + "/t1.conf", 0o600)
+        let loop = try EventLoop(clock: VirtualClock())
+        let service = try TerminalService(directory: scratch.path, loop: loop)
+        var seen: [String] = []
+        service.observe { seen.append($0.json) }
+        let stream = service.events()
+        service.start()
+        loop.advance(by: .seconds(1))
+        #expect(service.terminalNames == ["t1"])
+        #expect(service.request(.list).contains(#""state":"waiting""#))
+        #expect(service.request(.status(terminal: "nobody")).contains(#""code":-6"#))
+        #expect(service.request(.close(terminal: "t1")).contains(#""state":"closed""#))
+        #expect(seen.contains(#"{"event":"terminal-added","terminal":"t1"}"#), "\(seen)")
+        #expect(seen.contains { $0.contains(#""event":"waiting""#) }, "\(seen)")
+        var iterator = stream.makeAsyncIterator()
+        let first = await iterator.next()
+        #expect(first?.json == #"{"event":"terminal-added","terminal":"t1"}"#)
+        // No link is up: every terminal is let go at once (no thread runs this loop, so the
+        // call is served where it is made).
+        await service.stop()
+        #expect(service.terminalNames.isEmpty)
     }
 }

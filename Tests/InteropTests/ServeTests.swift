@@ -295,6 +295,27 @@ import Testing
         #expect(starved.status == 0 && starved.output.contains("pb_handles: create failed cleanly: errno 24"), "\(starved.output)")
     }
 
+    /// The service through the C API (`Tools/CExample/pb_service_example.c`): a directory
+    /// opened, the opened event heard, list, bridges added and removed with the header's codes.
+    @Test func theServiceThroughTheCAPI() async throws {
+        let (directory, conf, lines) = try Self.makeDirectories()
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let products = URL(fileURLWithPath: BridgeProcess.binary).deletingLastPathComponent().path
+        let program = directory + "/pb_service_example"
+        let compiled = try await runCommand("/usr/bin/gcc", ["-Wall", "-Wextra", "-Werror", "-o", program, packageRoot + "/Tools/CExample/pb_service_example.c",
+                                                              "-I", packageRoot + "/Sources/PPPBridgeC/include", "-L", products, "-lPPPBridgeC",
+                                                              "-Wl,-rpath," + products, "-pthread"], timeout: 120)
+        #expect(compiled.status == 0, "\(compiled.output)")
+        let port = Host.freePort()
+        let terminal = try Self.terminal(lines + "/t1", echo: port, log: directory + "/t1.log")
+        defer { terminal.reap() }
+        #expect(await eventually(10) { FileManager.default.fileExists(atPath: lines + "/t1") })
+        try "device \(lines)/t1\n".write(toFile: conf + "/t1.conf", atomically: true, encoding: .utf8)
+        let run = try await runCommand(program, [conf, "t1", "\(port)"], timeout: 90)
+        #expect(run.status == 0 && run.output.contains("pb_service_example: ok"), "\(run.output)")
+        #expect(!run.output.contains("NOT as expected"), "\(run.output)")
+    }
+
     @Test func theCExampleBuildsAndDrivesAChannel() async throws {
         let directory = NSTemporaryDirectory() + "pppbridge-capi-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)

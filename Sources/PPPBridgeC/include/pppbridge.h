@@ -16,6 +16,7 @@
 #ifndef PPPBRIDGE_H
 #define PPPBRIDGE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -93,6 +94,49 @@ const char *pb_terminal_ip(pb_channel *channel);
  * callback runs after it returns. 0, or PB_INVALID for a handle already destroyed (a second
  * destroy is harmless) or never created. Not from a callback. */
 int  pb_channel_destroy(pb_channel *channel);
+
+/* ---- The service: many terminals from a configuration directory ----
+ *
+ * What `pppbridge serve` runs, for a program that runs it itself: one NAME.conf per terminal
+ * in `directory` (the format of `pppbridge serve --help` and docs/SERVICE.md), files followed
+ * as they come and go, devices as they appear, each link kept up with pppd's persist, holdoff
+ * and maxfail. On the same event loop as the channels. Opening it raises the process's soft
+ * descriptor limit to the hard one and divides the descriptors as serve does. */
+typedef struct pb_service pb_service;
+
+/* An event as one JSON object (the control socket's event lines: "opened", "closed",
+ * "waiting", "gave-up", "connection-opened", "terminal-added", "configuration-error", ...).
+ * Called on the loop's thread; the text is valid during the call only. */
+typedef void (*pb_service_event_fn)(pb_service *service, const char *event_json, void *context);
+
+/* Opens `directory` and starts its terminals. NULL with errno set when it cannot: EINVAL
+ * (`directory` NULL or empty), ENOENT or another error of watching it, EMFILE (no
+ * descriptors for the loop). `on_event` may be NULL. */
+pb_service *pb_service_open(const char *directory, pb_service_event_fn on_event, void *context);
+
+/* One request as the control socket takes it (`{"cmd":"list"}`, `{"cmd":"status",
+ * "terminal":"t1"}`, `{"cmd":"add-bridge","terminal":"t1","bridge":"host:5000"}`, ...). The
+ * reply, one JSON object, is written to `reply` (NUL-terminated, cut at `size` - 1 bytes) when
+ * `reply` is not NULL. Returns 0 when the reply says ok, else its code: ICPPP's -1 to -4 for a
+ * bridge, PB_NO_SUCH_BRIDGE, PB_NO_SUCH_TERMINAL, PB_BAD_REQUEST; PB_INVALID for a handle that
+ * is not a live service. */
+int pb_service_request(pb_service *service, const char *request_json, char *reply, size_t size);
+
+/* pb_service_*'s codes beyond the channel's (the control socket's JSON says -6 and -7 for
+ * these; here they are kept apart from PB_INVALID and PB_OPEN_FAILED). */
+#define PB_NO_SUCH_TERMINAL         -8  /* no terminal of that name */
+#define PB_BAD_REQUEST              -9  /* not a request the service takes */
+
+/* A bridge on a terminal now and whenever its link opens again (`bridge` is host:PORT,
+ * local:PORT or terminal:PORT), or removed: what pb_service_request returns for add-bridge
+ * and remove-bridge. */
+int pb_service_add_bridge(pb_service *service, const char *terminal, const char *bridge);
+int pb_service_remove_bridge(pb_service *service, const char *terminal, const char *bridge);
+
+/* Closes every link (LCP Terminate-Request, at most 5 s) and frees the service; no event
+ * callback runs after it returns. 0, or PB_INVALID for a handle already closed or never
+ * opened. Not from a callback. */
+int pb_service_close(pb_service *service);
 
 #ifdef __cplusplus
 }
