@@ -8,10 +8,20 @@ public struct LineAssembler: Sendable {
     }
 
     public let limit: Int
+    /// Lines of nothing but spaces, tabs and CR are passed over without a piece each (a client
+    /// writing blank lines as fast as it can costs a scan, not an allocation a line).
+    public let skipsBlankLines: Bool
     private var buffer: [UInt8] = []
     private var skipping = false
 
-    public init(limit: Int) { self.limit = limit }
+    public init(limit: Int, skipsBlankLines: Bool = false) {
+        self.limit = limit
+        self.skipsBlankLines = skipsBlankLines
+    }
+
+    private static func isBlank(_ bytes: some Collection<UInt8>) -> Bool {
+        bytes.allSatisfy { $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }
+    }
 
     /// The pieces `bytes` completes, in order (a line without its newline).
     public mutating func feed(_ bytes: [UInt8]) -> [Piece] {
@@ -33,6 +43,11 @@ public struct LineAssembler: Sendable {
                     pieces.append(.tooLong)
                 }
                 break
+            }
+            if skipsBlankLines && LineAssembler.isBlank(buffer) && LineAssembler.isBlank(rest[..<newline]) {
+                buffer.removeAll(keepingCapacity: true)
+                rest = rest[(newline + 1)...]
+                continue
             }
             let line = buffer + rest[..<newline]
             buffer = []

@@ -59,6 +59,9 @@ public final class StreamConnection {
 
     /// Bytes read per turn at most.
     public static let readBudget = 65_536
+    /// This connection's read per turn (at most `readBudget`): a line protocol whose requests
+    /// are small reads less, so one turn's bytes are few requests' work.
+    public var readLimit = StreamConnection.readBudget
 
     /// While true nothing is read: the owner has work queued from earlier reads and takes no
     /// more until it is done (the peer's bytes wait in the socket, and its sends then block).
@@ -157,7 +160,7 @@ public final class StreamConnection {
             // One buffer per turn, not until EAGAIN: a peer that writes as fast as it can must
             // not keep the loop from everyone else. epoll is level-triggered, so what is left
             // is read next turn.
-            var buffer = [UInt8](repeating: 0, count: StreamConnection.readBudget)
+            var buffer = [UInt8](repeating: 0, count: max(1, min(readLimit, StreamConnection.readBudget)))
             let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { recv(descriptor, b.baseAddress, b.count, 0) } }
             if n > 0 {
                 onData?(Array(buffer[0..<n]))

@@ -61,7 +61,7 @@ public enum UnixSocket {
     /// A listening socket at `path` with `mode` (0600: this user only). A socket file left there
     /// by a process that is gone is replaced; one that answers is not (two programs would not
     /// both be reachable), nor is anything that is not a socket.
-    public static func listen(at path: String, mode: mode_t, backlog: Int32 = 16) throws(SystemError) -> Int32 {
+    public static func listen(at path: String, mode: mode_t, backlog: Int32 = 128) throws(SystemError) -> Int32 {
         var a = try address(path)
         var st = stat()
         if lstat(path, &st) == 0 {

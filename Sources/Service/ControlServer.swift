@@ -19,6 +19,8 @@ final class ControlServer {
     static let lineLimit = 16_384
     /// Unread bytes a client may have queued before it is let go.
     static let outputLimit = 1 << 20
+    /// Bytes read from a client per turn: a request is a line of a few dozen bytes.
+    static let readPerTurn = 16_384
     /// Requests answered per client per turn of the loop.
     static let requestsPerTurn = 8
     /// A client (not a subscriber) that sends no complete request for this long is let go.
@@ -26,7 +28,7 @@ final class ControlServer {
 
     private final class Client {
         let connection: StreamConnection
-        var lines = LineAssembler(limit: ControlServer.lineLimit)
+        var lines = LineAssembler(limit: ControlServer.lineLimit, skipsBlankLines: true)
         /// Complete lines read but not answered yet (at most one read's worth: reading pauses
         /// while any wait).
         var waiting: [LineAssembler.Piece] = []
@@ -89,6 +91,7 @@ final class ControlServer {
                 return c.close()
             }
         }
+        c.readLimit = ControlServer.readPerTurn
         let key = ObjectIdentifier(c)
         let client = Client(c, now: loop.now)
         clients[key] = client

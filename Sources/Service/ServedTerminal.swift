@@ -36,6 +36,14 @@ final class ServedTerminal {
         }
     }
     var failures: Int { supervisor.failures }
+    /// Waiting for its device, or given up until it appears anew: what the directory watcher
+    /// is for.
+    var awaitsDevice: Bool {
+        switch supervisor.state {
+        case .waiting, .gaveUp: return true
+        default: return false
+        }
+    }
     private var holdoffTimer: Int?
     /// The bridges added whenever the link opens: the file's, and those the control socket added.
     private(set) var bridges: [BridgeSpec]

@@ -191,11 +191,15 @@ final class Service {
         switch event {
         case let .opened(name, a):
             say("\(name): open, \(a.ip) ↔ \(a.terminalIP)")
+            // Its device directory need not be watched while the link is up.
+            scheduleRewatch()
         case let .closed(name, reason):
             say("\(name): closed: \(reason)")
         case let .waiting(name, device):
             say("\(name): waiting for \(device)")
             rewatch()
+        case .gaveUp:
+            scheduleRewatch()
         default:
             break
         }
@@ -276,7 +280,10 @@ final class Service {
             rewatchPasses += 1
             var wanted: [String: DirectoryWatcher.Interest] = [:]
             var names: [String: [String: [String]]] = [:]
-            for t in terminals.values where !t.retired {
+            // Only the terminals that wait for their device to appear: a link that is up (or
+            // opening, or in its holdoff) learns of its device going from the line itself, and
+            // a busy device directory then costs nothing.
+            for t in terminals.values where t.awaitsDevice {
                 let d = DirectoryWatcher.nearestExistingDirectory(of: t.file.device)
                 wanted[d] = .names
                 if let component = DirectoryWatcher.component(of: t.file.device, in: d) { names[d, default: [:]][component, default: []].append(t.name) }

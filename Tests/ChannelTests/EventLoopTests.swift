@@ -210,3 +210,16 @@ private final class CountingClient: LoopClient {
         #expect(order[1] == order[0] + 1)
     }
 }
+
+@Suite struct LineAssemblerBlankLineTests {
+    /// Blank lines cost no piece, and the line around them comes out whole, even split across
+    /// feeds.
+    @Test func blankLinesArePassedOverAndOthersKept() {
+        var a = LineAssembler(limit: 100, skipsBlankLines: true)
+        #expect(a.feed(Array("\n \r\n\t\n".utf8)).isEmpty)
+        #expect(a.feed(Array("  {\"cmd\"".utf8)).isEmpty)
+        #expect(a.feed(Array(":\"list\"}\n\n\n".utf8)) == [.line(Array("  {\"cmd\":\"list\"}".utf8))])
+        var keeps = LineAssembler(limit: 100)
+        #expect(keeps.feed(Array("\n\n".utf8)) == [.line([]), .line([])])
+    }
+}
