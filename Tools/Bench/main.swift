@@ -2,6 +2,7 @@
 //
 //   swift run -c release pppbridge-bench framing [--mib N] [--rounds N]
 //   swift run -c release pppbridge-bench bridge [--mib N] [--rounds N] [--blocks N] [--line-poll-interval US]   (see BridgeBench.swift)
+//   swift run -c release pppbridge-bench loop [--turns N]   (see LoopBench.swift)
 //
 // framing: RFC 1662 encode and decode of N MiB (default 64) of information fields, once random
 // and once all 0x7E (every byte escaped, the worst case), by our framer and by a plain C
@@ -183,6 +184,8 @@ let arguments = CommandLine.arguments.dropFirst()
 switch arguments.first {
 case "framing":
     framing(parse(arguments.dropFirst()))
+case "loop":
+    loopBench(arguments.dropFirst())
 case "bridge":
     let options = parseBridge(arguments.dropFirst())
     // A path whose far end is gone fails its client's read (`fail`), not the process on a write.
@@ -197,10 +200,13 @@ case nil, "--help", "-h":
     print("""
     usage: pppbridge-bench framing [--mib N] [--rounds N] [--frame BYTES]
            pppbridge-bench bridge [--mib N] [--rounds N] [--blocks N] [--line-poll-interval US]
+           pppbridge-bench loop [--turns N]
       framing   RFC 1662 encode/decode throughput, ours against a C byte-loop baseline (-O2)
       bridge    the channel over a pty pair (our terminal-role stack on the far end): bulk
                 throughput both ways through bridges and a 200-byte round trip, against a
                 raw pty copy, a raw pty echo and a raw relay (socket to pty and back)
+      loop      one event-loop turn with 1, 100 and 1,000 idle clients and timers beside a
+                busy descriptor: what idle terminals cost a busy one
     """)
 default:
     fail("unknown benchmark '\(arguments.first!)' (try --help)")
