@@ -95,6 +95,26 @@ public final class CaptureFile {
         descriptor = fd
     }
 
+    /// Why a capture of kind `replaces` would not be written at `path` as it is now (a link,
+    /// another user's file, a file readable by others, one that is not a capture of that kind),
+    /// or nil when it would: for a configuration to be refused when it is read, not at every
+    /// open. The open checks again on the descriptor.
+    public static func refusal(toReplace path: String, _ replaces: Replaces) -> String? {
+        var st = stat()
+        guard lstat(path, &st) == 0 else { return nil }
+        switch st.st_mode & S_IFMT {
+        case S_IFLNK: return "\(path) is a symbolic link, which is not written through"
+        case S_IFREG: break
+        default: return nil
+        }
+        if st.st_uid != geteuid() || st.st_nlink != 1 { return "\(path) belongs to another user or has other names (hard links); not written" }
+        if st.st_mode & 0o077 != 0 { return "\(path) exists and is readable or writable by others (mode \(String(st.st_mode & 0o777, radix: 8))); not replaced" }
+        guard let head = head(of: path, sameAs: st), replaces.recognizes(head) else {
+            return "\(path) exists and is not a capture of this kind; not replaced (remove it, or name another file)"
+        }
+        return nil
+    }
+
     /// The first bytes of the regular file at `path`, if it is still the file `expected`
     /// describes (opened again for reading: the capture's own descriptor is write-only).
     private static func head(of path: String, sameAs expected: stat) -> [UInt8]? {

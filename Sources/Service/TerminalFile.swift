@@ -1,3 +1,4 @@
+import Capture
 import Channel
 import Foundation
 import Glibc
@@ -95,10 +96,17 @@ public struct TerminalFile {
                     complain("\(option): \(file) is not a regular file")
                     continue
                 }
+                // A capture that would not be written is the file's error, said once, not a
+                // line that fails at every open.
+                if let refusal = option == "pcap" ? CaptureFile.refusal(toReplace: file, .pcap)
+                    : option == "record" ? CaptureFile.refusal(toReplace: file, .pppdRecord) : nil {
+                    complain("\(option): \(refusal)")
+                    continue
+                }
             }
             switch option {
             case "holdoff", "maxfail":
-                guard let v = values.next(), let n = Int(v), (0...86_400).contains(n) else {
+                guard let v = values.next(), let n = decimal(v, as: Int.self), (0...86_400).contains(n) else {
                     complain("\(option) takes a number of \(option == "holdoff" ? "seconds" : "attempts"), 0–86400")
                     continue
                 }

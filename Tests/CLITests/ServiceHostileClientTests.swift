@@ -409,3 +409,26 @@ private func receiveNow(_ fd: Int32) -> [UInt8]? {
         #expect(said.contains("got 0"), "the planted socket was sent: \(said)")
     }
 }
+
+/// A `pcap` or `record` line naming a file that is not a capture of ours is the file's error,
+/// found when it is read; the file is left as it was.
+@Suite struct CaptureLineTests {
+    @Test func aCaptureLineNamingAnotherFileIsRefusedAtRead() throws {
+        let scratch = try ServiceScratch()
+        let precious = scratch.path + "/accounts.db"
+        let contents = Data((0..<4096).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+        #expect(FileManager.default.createFile(atPath: precious, contents: contents, attributes: [.posixPermissions: 0o600]))
+        for option in ["pcap", "record"] {
+            guard case let .failure(e) = TerminalFile.parse(Array("device /dev/ttyACM0\n\(option) \(precious)\n".utf8), name: "t", path: "/t.conf",
+                                                            defaults: .init(), environment: [:]) else {
+                Issue.record("\(option) accepted")
+                continue
+            }
+            #expect(e.messages == ["/t.conf:2: \(option): \(precious) exists and is not a capture of this kind; not replaced (remove it, or name another file)"])
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: precious)) == contents)
+        // A path not there yet is fine.
+        if case .failure = TerminalFile.parse(Array("device /dev/ttyACM0\npcap \(scratch.path)/new.pcap\n".utf8), name: "t", path: "/t.conf",
+                                              defaults: .init(), environment: [:]) { Issue.record("a new capture path was refused") }
+    }
+}
