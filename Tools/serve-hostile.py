@@ -433,8 +433,9 @@ def cmd_nofile(args, srv):
             time.sleep(0.05)
         print(f"b: simulator killed; after {time.monotonic() - t_kill:.2f} s serve said "
               f"{json.dumps((srv.events_of('closed', t_kill, 'b') or [None])[0])}; a new simulator on the same link")
-        srv.simulator("b")
+        # Timed from before the new simulator starts: serve may open b before it returns.
         t_new = time.monotonic()
+        srv.simulator("b")
         while time.monotonic() - t_new < 30:
             reply, seconds, _ = srv.ctl("list")
             ctl_worst = max(ctl_worst, seconds)

@@ -52,7 +52,9 @@ public final class CaptureFile {
         var fd = retryingOnInterrupt { open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600) }
         var created = fd >= 0
         if fd < 0 && errno == EEXIST {
-            fd = retryingOnInterrupt { open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC) }
+            // Without waiting: a FIFO with no reader fails (ENXIO) instead of holding the loop.
+            fd = retryingOnInterrupt { open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK) }
+            if fd >= 0 { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) }
             created = false
         }
         guard fd >= 0 else {

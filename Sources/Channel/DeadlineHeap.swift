@@ -24,8 +24,6 @@ public struct DeadlineHeap<Key: Hashable> {
     /// The earliest deadline, if any.
     public var earliest: Instant? { entries.first?.at }
 
-    public func deadline(of key: Key) -> Instant? { positions[key].map { entries[$0].at } }
-
     /// Sets (or moves) `key`'s deadline; nil removes it.
     public mutating func set(_ key: Key, at: Instant?) {
         guard let at else {

@@ -78,8 +78,9 @@ public final class DirectoryWatcher {
         for (path, interest) in wanted {
             // Already watched for that: nothing to ask the kernel.
             if watches[path] != nil && interests[path] == interest { continue }
-            // Adding again replaces the mask (a directory whose interest changed).
-            let wd = inotify_add_watch(descriptor, path, interest.mask)
+            // Added to the watch's mask, not in place of it: two spellings of one directory (a
+            // link on the way) share the kernel's watch, and neither may take the other's events.
+            let wd = inotify_add_watch(descriptor, path, interest.mask | UInt32(IN_MASK_ADD))
             guard wd >= 0 else {
                 failures[path] = SystemError("watch \(path)")
                 interests[path] = nil

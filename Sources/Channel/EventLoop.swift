@@ -4,8 +4,9 @@ import Glibc
 import NetStack
 import Synchronization
 
-/// Something the loop serves after every turn: a link session, a channel. It says when it next
-/// needs service without any I/O (its timers), and is served with the loop's clock.
+/// Something the loop services: a link session. It says when it next needs service without any
+/// I/O (`pollAt`, read after each service), and is serviced then, in a turn one of its
+/// descriptors had I/O, or when woken.
 public protocol LoopClient: AnyObject {
     var pollAt: Instant? { get }
     func service(now: Instant)
@@ -266,17 +267,13 @@ public final class EventLoop: @unchecked Sendable {
     /// Services `client` on this turn or the next: its state changed other than through its
     /// own descriptors (a call from its owner, a timer of another object), so its `pollAt` may
     /// have moved.
-    ///
-    /// A client woken while it is being serviced is not serviced again for it: its `pollAt`,
-    /// read right after, says whether it has more to do.
+    /// A client woken while it is being serviced is serviced again on the next turn: what
+    /// woke it came from a callback of its own service, after it had taken its work.
     public func wake(_ client: LoopClient) {
         let key = ObjectIdentifier(client)
-        guard key != servicing, clients[key] != nil else { return }
+        guard clients[key] != nil else { return }
         markReady(key)
     }
-
-    /// The client whose `service` is running.
-    private var servicing: ObjectIdentifier?
 
     private func markReady(_ key: ObjectIdentifier) {
         if readySet.insert(key).inserted { ready.append(key) }
@@ -443,9 +440,7 @@ public final class EventLoop: @unchecked Sendable {
         readySet.removeAll(keepingCapacity: true)
         for key in batch {
             guard let client = clients[key] else { continue }
-            servicing = key
             client.service(now: now)
-            servicing = nil
             if clients[key] != nil { clientDeadlines.set(key, at: client.pollAt) }
         }
     }

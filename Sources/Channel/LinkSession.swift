@@ -227,6 +227,8 @@ public final class LinkSession: LoopClient {
         } else {
             closeDeadline = now
         }
+        // The Terminate-Request to send and the new deadline: serviced now, whoever called.
+        if let loop { loop.wake(self) }
     }
 
     /// Takes the link down at once without a word to the peer (the line is the owner's to close).
@@ -263,6 +265,10 @@ public final class LinkSession: LoopClient {
 
     public func service(now: Instant) {
         guard downReason == nil else { return }
+        // Work the stack is given while this runs is sent by this same service.
+        let stack = attachment as? StackAttachment
+        stack?.insideSessionService = true
+        defer { stack?.insideSessionService = false }
         if !readPaused, let due = moderation.nextRead, due <= now {
             let frames = framesReceived
             let bytes = readLine(now: now, all: true)

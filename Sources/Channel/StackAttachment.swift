@@ -80,10 +80,18 @@ public final class StackAttachment: NetworkAttachment {
     public weak var loopClient: LoopClient?
     weak var loop: EventLoop?
 
+    /// Set by the link session while it services: work the stack is given then is sent by
+    /// that same service, so it needs no wake (and a wake from it would service it again and
+    /// again).
+    var insideSessionService = false
+    /// Events the last `serve` left for lack of rounds: the next turn serves them.
+    private var eventsLeft = false
+
     /// Has the link session serviced: something outside its own turn (a program's stream, a
     /// name lookup's answer) gave the stack work, which the session's drain sends.
     func wakeSession() {
-        if let loop, let client = loopClient { loop.wake(client) }
+        guard !insideSessionService, let loop, let client = loopClient else { return }
+        loop.wake(client)
     }
     public let tcp: TCPConfiguration
     /// Connections the stack holds at once, half-open ones included (nil: the stack's default).
@@ -284,6 +292,8 @@ public final class StackAttachment: NetworkAttachment {
     }
 
     public var pollAt: Instant? {
+        // What the last serve could not finish is due now (the far past is due at any now).
+        if eventsLeft && stackIsUp { return Instant(nanoseconds: .min) }
         // Ping timers are served only while the link is up (see `pingTick`).
         var p = stack?.pollAtInPlace()
         if let ping, stackIsUp { p = earliest(p, ping.next, ping.deadline) }
@@ -320,11 +330,12 @@ public final class StackAttachment: NetworkAttachment {
     func serve(now: Instant) {
         guard stackIsUp, !serving else { return }
         serving = true
+        eventsLeft = false
         defer {
             serving = false
             wakeSession()
         }
-        for _ in 0..<8 {
+        for round in 0..<8 {
             // The buffer is taken out while it is read and put back emptied: one array for
             // every batch (`IPStack.takeEvents(into:)`).
             var events = eventBuffer
@@ -353,6 +364,8 @@ public final class StackAttachment: NetworkAttachment {
             guard stackIsUp else { return }
             for a in applications { a.step(now: now) }
             if events.isEmpty { return }
+            // Out of rounds with more to route: due at once, so the loop comes back next turn.
+            if round == 7 { eventsLeft = true }
         }
     }
 

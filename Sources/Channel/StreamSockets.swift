@@ -156,7 +156,13 @@ public final class StreamConnection {
             if closed { return }
             loop.setInterest(descriptor, interest)
         }
-        if events & (EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 && !readingPaused {
+        if readingPaused {
+            // Nothing is read while the owner works through what it has; a connection that is
+            // gone both ways (or failed) is ended now rather than reported every turn.
+            if events & (EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 { finish(nil) }
+            return
+        }
+        if events & (EPOLLIN.rawValue | EPOLLRDHUP.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
             // One buffer per turn, not until EAGAIN: a peer that writes as fast as it can must
             // not keep the loop from everyone else. epoll is level-triggered, so what is left
             // is read next turn.

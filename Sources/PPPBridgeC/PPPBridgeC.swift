@@ -130,7 +130,7 @@ public func pb_open_channel(_ p: OpaquePointer?) -> Int32 {
         loop.schedule(at: at) { [weak c] in try? c?.channel.start() }
         return 0
     }
-    c.lastLinkOpened = false
+    c.channel.loop.sync { c.lastLinkOpened = false }
     do { try c.channel.start() } catch { return openFailed }
     return 0
 }
@@ -193,7 +193,10 @@ public func pb_terminal_ip(_ p: OpaquePointer?) -> UnsafePointer<CChar> { unwrap
 
 @_cdecl("pb_channel_destroy")
 public func pb_channel_destroy(_ p: OpaquePointer?) -> Int32 {
-    guard let p else { return invalid }
+    guard let p, let live = unwrap(p) else { return invalid }
+    // From a callback (the loop's thread) the channel would be freed in the middle of its own
+    // work: refused, nothing done.
+    if live.channel.loop.inLoop { return invalid }
     let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(p)))
     // Out of the table first: from here on every call with this handle is PB_INVALID, and a
     // second destroy finds nothing to free.
@@ -266,8 +269,9 @@ public func pb_service_request(_ p: OpaquePointer?, _ request: UnsafePointer<CCh
         answer = StatusJSON.line(["ok": false, "code": Int(e.code), "error": e.message]).trimmingCharacters(in: .newlines)
         code = cCode(e.code)
     case let .success(r):
-        answer = s.service.request(r)
-        code = replyCode(answer)
+        let reply = s.service.reply(r)
+        answer = reply.json
+        code = cCode(reply.code)
     }
     if let reply, size > 0 {
         let bytes = Array(answer.utf8.prefix(size - 1))
@@ -290,17 +294,11 @@ private func cCode(_ code: Int32) -> Int32 {
     }
 }
 
-/// 0 for an answer that is ok, else its code.
-private func replyCode(_ answer: String) -> Int32 {
-    guard let object = try? JSONSerialization.jsonObject(with: Data(answer.utf8)) as? [String: Any] else { return badRequest }
-    if object["ok"] as? Bool == true { return 0 }
-    return cCode((object["code"] as? Int).flatMap { Int32(exactly: $0) } ?? ControlReplyCode.badRequest)
-}
 
 private func serviceBridge(_ p: OpaquePointer?, _ terminal: UnsafePointer<CChar>?, _ bridge: UnsafePointer<CChar>?, add: Bool) -> Int32 {
     guard let s = unwrapService(p), let terminal, let bridge, let spec = BridgeSpec(parsing: String(cString: bridge)) else { return invalid }
     let name = String(cString: terminal)
-    return replyCode(s.service.request(add ? .addBridge(terminal: name, spec) : .removeBridge(terminal: name, spec)))
+    return cCode(s.service.reply(add ? .addBridge(terminal: name, spec) : .removeBridge(terminal: name, spec)).code)
 }
 
 @_cdecl("pb_service_add_bridge")
@@ -315,19 +313,19 @@ public func pb_service_remove_bridge(_ p: OpaquePointer?, _ terminal: UnsafePoin
 
 @_cdecl("pb_service_close")
 public func pb_service_close(_ p: OpaquePointer?) -> Int32 {
-    guard let p else { return invalid }
+    guard let p, let live = unwrapService(p) else { return invalid }
+    // From an event callback (the loop's thread) the wait below would wait for that very
+    // thread: refused, nothing done.
+    if live.service.loop.inLoop { return invalid }
     let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(p)))
     guard let s = services.withLock({ $0.table.removeValue(forKey: key) }) else { return invalid }
-    // Every link closed (LCP Terminate-Request), waited for on a thread of our own: the
-    // caller's thread blocks, the loop's never does.
+    // Every link closed (LCP Terminate-Request): the caller's thread waits, the loop's never
+    // does (the loop answers `stop` on its own thread).
     let done = DispatchSemaphore(value: 0)
     let service = s.service
-    Thread.detachNewThread {
-        let task = Task.detached { await service.stop() }
-        Task.detached {
-            await task.value
-            done.signal()
-        }
+    Task.detached {
+        await service.stop()
+        done.signal()
     }
     done.wait()
     return 0

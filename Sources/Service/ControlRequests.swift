@@ -41,7 +41,9 @@ extension Service {
             for (k, v) in Service.summary(t) { object[k] = v }
             return ["ok": true, "terminal": object]
         case let .removeBridge(_, spec):
-            return t.removeBridge(spec) ? ["ok": true] : Service.failure(ControlReplyCode.noSuchBridge, "no bridge \(spec)")
+            guard t.removeBridge(spec) else { return Service.failure(ControlReplyCode.noSuchBridge, "no bridge \(spec)") }
+            updateReserve()
+            return ["ok": true]
         case let .addBridge(_, spec):
             do throws(BridgeError) { try t.addBridge(spec) } catch { return Service.failure(error.rawValue, error.description) }
             updateReserve()

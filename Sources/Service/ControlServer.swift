@@ -54,11 +54,12 @@ final class ControlServer {
     /// Clients let go for sending no request in time, and idle ones let go to make room.
     private(set) var clientsTimedOut = 0
     private(set) var clientsEvicted = 0
-    private let handle: ([UInt8]) -> [String: Any]
+    private let handle: (ControlRequest) -> [String: Any]
 
-    /// Listens at `path` (mode 0660). `handle` answers one request line.
+    /// Listens at `path` (mode 0660). `handle` answers one request (all but `subscribe`,
+    /// which is the server's own).
     init(path: String, loop: EventLoop, clientLimit: Int = ControlServer.defaultClientLimit,
-         handle: @escaping ([UInt8]) -> [String: Any]) throws(SystemError) {
+         handle: @escaping (ControlRequest) -> [String: Any]) throws(SystemError) {
         self.path = path
         self.clientLimit = max(2, clientLimit)
         self.loop = loop
@@ -79,8 +80,12 @@ final class ControlServer {
     private func accepted(_ c: StreamConnection) {
         if clients.count >= clientLimit {
             // Full: the client that has waited longest without a request makes room, so idle
-            // connections can never keep a new client out.
-            if let (key, oldest) = clients.filter({ !$0.value.subscribed }).min(by: { $0.value.lastRequest < $1.value.lastRequest }) {
+            // connections can never keep a new client out; one that came less than a second
+            // ago keeps its place (it has had no time to ask), so a flood of connections
+            // cannot push out a client before it is heard.
+            let settled = loop.now + .seconds(-1)
+            if let (key, oldest) = clients.filter({ !$0.value.subscribed && $0.value.lastRequest <= settled })
+                .min(by: { $0.value.lastRequest < $1.value.lastRequest }) {
                 clientsEvicted += 1
                 clients[key] = nil
                 letGo(oldest)
@@ -124,11 +129,8 @@ final class ControlServer {
 
     private func received(_ bytes: [UInt8], from key: ObjectIdentifier) {
         guard let client = clients[key] else { return }
-        for piece in client.lines.feed(bytes) {
-            // Blank lines get no answer and cost no request.
-            if case let .line(line) = piece, line.allSatisfy({ $0 == 0x20 || $0 == 0x09 || $0 == 0x0D }) { continue }
-            client.waiting.append(piece)
-        }
+        // Blank lines get no answer and cost no request (the assembler passes over them).
+        client.waiting += client.lines.feed(bytes)
         drain(key)
     }
 
@@ -146,15 +148,18 @@ final class ControlServer {
             case .tooLong:
                 reply = ["ok": false, "error": "request longer than \(ControlServer.lineLimit) bytes: skipped"]
             case let .line(line):
-                if ControlServer.isSubscribe(line) {
+                switch ControlRequest.decode(line) {
+                case .success(.subscribe):
                     if client.subscribed || subscriberCount < min(ControlServer.subscriberLimit, clientLimit - 1) {
                         client.subscribed = true
                         reply = ["ok": true]
                     } else {
                         reply = ["ok": false, "error": "too many subscribers (\(ControlServer.subscriberLimit))"]
                     }
-                } else {
-                    reply = handle(line)
+                case let .success(request):
+                    reply = handle(request)
+                case let .failure(e):
+                    reply = Service.failure(e.code, e.message)
                 }
             }
             guard send(ControlServer.line(reply), to: client, key: key) else { return }
@@ -176,12 +181,6 @@ final class ControlServer {
             client.next = 0
             client.connection.readingPaused = false
         }
-    }
-
-    /// Whether a line asks to subscribe.
-    static func isSubscribe(_ line: [UInt8]) -> Bool {
-        if case .success(.subscribe) = ControlRequest.decode(line) { return true }
-        return false
     }
 
     /// Sends `text` to every subscriber.

@@ -23,6 +23,8 @@ final class MetricsServer {
     private var rendered: (turn: Int, text: String)?
     /// Clients that made room for a newer one at the limit.
     private(set) var evicted = 0
+    /// Clients refused at the limit while every place was taken by a client under a second old.
+    private(set) var refused = 0
     private(set) var timedOut = 0
 
     init(on endpoint: TCPEndpoint, loop: EventLoop, clientLimit: Int = MetricsServer.defaultClientLimit,
@@ -44,9 +46,16 @@ final class MetricsServer {
     }
 
     private func accepted(_ c: StreamConnection) {
-        if clients.count >= clientLimit, let oldest = clients.min(by: { $0.value.since < $1.value.since })?.key {
+        if clients.count >= clientLimit {
+            // The oldest makes room, unless it came less than a second ago (a flood of
+            // connections must not push out a scraper before its request is read): then the
+            // newcomer is refused.
+            guard let oldest = clients.min(by: { $0.value.since < $1.value.since }), oldest.value.since <= loop.now + .seconds(-1) else {
+                refused += 1
+                return c.close(reset: true)
+            }
             evicted += 1
-            drop(oldest)
+            drop(oldest.key)
         }
         let key = ObjectIdentifier(c)
         let timer = loop.schedule(at: loop.now + MetricsServer.clientTimeout) { [weak self] in

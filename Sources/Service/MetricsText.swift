@@ -45,6 +45,8 @@ enum MetricsText {
                 m.timedOut)
             add("pppbridge_metrics_clients_closed_total", "counter", "Metrics clients let go before they finished, by why.", [("reason", "made_room")],
                 m.evicted)
+            add("pppbridge_metrics_clients_closed_total", "counter", "Metrics clients let go before they finished, by why.", [("reason", "refused")],
+                m.refused)
         }
         for t in terminals {
             let terminal = ("terminal", t.name)

@@ -31,7 +31,7 @@ final class ServedTerminal {
     /// Let go for good, or on the way (its file changed or was removed, or the service stops).
     var retired: Bool {
         switch supervisor.state {
-        case .retired, .closing(retiring: true): return true
+        case .retired, .closing(after: .retire): return true
         default: return false
         }
     }
@@ -241,7 +241,7 @@ final class ServedTerminal {
         guard !bridges.contains(where: { $0.port == spec.port && ($0.kind == .terminalToHost) == (spec.kind == .terminalToHost) }) else {
             throw .alreadyExists
         }
-        guard bridges.count < 12 else { throw .noMoreBridges }
+        guard bridges.count < maximumBridges else { throw .noMoreBridges }
         try channel.addBridge(spec.kind, port: spec.port)
         bridges.append(spec)
     }

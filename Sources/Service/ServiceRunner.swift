@@ -59,7 +59,9 @@ public final class ServiceRunner {
             service = try Service(directory: directory, defaults: defaults, environment: environment, loop: loop,
                                   descriptors: budget, baseReserve: 0,
                                   say: { [output] in output("serve: " + $0) }, complain: error)
-            control = try ControlServer(path: controlPath, loop: loop, clientLimit: limits.controlClients) { [unowned service] in service.answer($0) }
+            control = try ControlServer(path: controlPath, loop: loop, clientLimit: limits.controlClients) { [unowned service] (r: ControlRequest) in
+                service.answer(r)
+            }
             if let metricsEndpoint {
                 metrics = try MetricsServer(on: metricsEndpoint, loop: loop, clientLimit: limits.metricsClients) { [unowned service] in
                     MetricsText.render(service)

@@ -164,7 +164,8 @@ public struct TerminalFile {
         guard st.st_uid == geteuid() || st.st_uid == 0 else {
             return .failure(FileErrors("\(path): owned by user \(st.st_uid), not by the service's user (\(geteuid())) or root, refused"))
         }
-        guard st.st_mode & 0o002 == 0 else { return .failure(FileErrors("\(path): writable by others, refused")) }
+        // Nor anyone else: the control socket's group may drive the service, not say what it runs.
+        guard st.st_mode & 0o022 == 0 else { return .failure(FileErrors("\(path): writable by group or others, refused")) }
         guard st.st_size <= maximumSize else { return .failure(FileErrors("\(path): larger than \(maximumSize) bytes")) }
         var bytes = [UInt8](repeating: 0, count: maximumSize + 1)
         var total = 0

@@ -47,6 +47,10 @@ public final class TerminalService: @unchecked Sendable {
 
     deinit {
         subscribers.withLock { s in for c in s.table.values { c.finish() } }
+        // The service's watcher, terminals and channels are the loop's: they are let go there,
+        // never on whichever thread lets go of this object.
+        let service = self.service
+        loop.enqueue { withExtendedLifetime(service) {} }
     }
 
     /// Reads the directory and starts every terminal it describes.
@@ -60,13 +64,16 @@ public final class TerminalService: @unchecked Sendable {
     /// Answers `request` as the control socket would, as one JSON object (`{"ok":true,...}`
     /// or `{"ok":false,"code":N,"error":...}`). `subscribe` is acknowledged; events come
     /// through `events()` and `observe`.
-    public func request(_ request: ControlRequest) -> String {
-        loop.sync { StatusJSON.line(service.answer(request)).trimmingCharacters(in: .newlines) }
+    public func request(_ request: ControlRequest) -> String { reply(request).json }
+
+    /// The answer with its code: 0 when it says ok, else the code it gives.
+    public func reply(_ request: ControlRequest) -> ControlReply {
+        ControlReply(loop.sync { service.answer(request) })
     }
 
     /// `request` from async code, without holding a thread while the loop answers.
     public func perform(_ request: ControlRequest) async -> String {
-        await loop.perform { [service] in StatusJSON.line(service.answer(request)).trimmingCharacters(in: .newlines) }
+        await loop.perform { [service] in ControlReply(service.answer(request)).json }
     }
 
     /// The configured terminals' names, sorted.
@@ -116,6 +123,19 @@ public final class TerminalService: @unchecked Sendable {
                 loop.schedule(at: loop.now + grace, finish)
             }
         }
+    }
+}
+
+/// An answer of the service: the control socket's JSON object and its code.
+public struct ControlReply: Sendable, Equatable {
+    /// 0 when the answer says ok; else its code (ICPPP's -1…-4, or `ControlReplyCode`'s).
+    public let code: Int32
+    /// One JSON object, without a newline.
+    public let json: String
+
+    init(_ object: [String: Any]) {
+        json = StatusJSON.line(object).trimmingCharacters(in: .newlines)
+        code = object["ok"] as? Bool == true ? 0 : (object["code"] as? Int).flatMap { Int32(exactly: $0) } ?? ControlReplyCode.badRequest
     }
 }
 

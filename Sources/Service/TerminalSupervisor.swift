@@ -23,8 +23,8 @@ public struct TerminalSupervisor: Sendable, Equatable {
         case holdoff(until: Instant)
         /// `maxfail` failed opens in a row.
         case gaveUp(failures: Int)
-        /// Asked to close; the link is still going down. Retiring: for good.
-        case closing(retiring: Bool)
+        /// Asked to close; the link is still going down, and then does what `after` says.
+        case closing(after: AfterClose)
         /// Let go for good.
         case retired
 
@@ -46,6 +46,16 @@ public struct TerminalSupervisor: Sendable, Equatable {
     }
 
     /// What the shell found at the device path when the event came.
+    /// What a closing link does once it is down.
+    public enum AfterClose: Equatable, Sendable {
+        /// Stays closed (`ctl close`).
+        case stayClosed
+        /// Opens again (`ctl open` came while it was closing).
+        case reopen
+        /// Is let go for good.
+        case retire
+    }
+
     public enum Device: Equatable, Sendable {
         case present
         case missing
@@ -103,49 +113,54 @@ public struct TerminalSupervisor: Sendable, Equatable {
         return nil
     }
 
-    /// Whether the link is opening or open (the line is held).
-    public var holdsLine: Bool { state == .opening || state == .open || state == .closing(retiring: false) || state == .closing(retiring: true) }
-
     public mutating func handle(_ event: Event, device: Device, now: Instant) -> [Action] {
         switch (event, state) {
+        case (.retire, .retired):
+            // Asked again (a second stop of the service): it is let go already.
+            return [.retired]
         case (_, .retired):
             return []
-        case (.retire, .opening), (.retire, .open), (.retire, .closing(false)):
-            let needsClose = state != .closing(retiring: false)
-            state = .closing(retiring: true)
-            return needsClose ? [.closeLink] : []
-        case (.retire, .closing(true)):
+        case (.retire, .opening), (.retire, .open):
+            state = .closing(after: .retire)
+            return [.closeLink]
+        case (.retire, .closing(.retire)):
             return []
+        case (.retire, .closing):
+            // A second close request stops waiting for the terminal's goodbye.
+            state = .closing(after: .retire)
+            return [.closeLink]
         case (.retire, _):
             state = .retired
             return [.retired]
-        case (_, .closing(true)) where event != .linkClosed:
+        case (_, .closing(.retire)) where event != .linkClosed:
             return []
         case (.start, .opening), (.start, .open):
             failures = 0
             return []
-        case (.start, .closing(false)):
-            // Reopened while going down: wanted again once it is down.
-            state = .closing(retiring: false)
+        case (.start, .closing):
+            // Wanted again: opened once the link is down.
+            failures = 0
+            state = .closing(after: .reopen)
             return []
         case (.start, _):
             failures = 0
             return attempt(device, now: now)
         case (.stop, .opening), (.stop, .open):
-            state = .closing(retiring: false)
+            state = .closing(after: .stayClosed)
             return [.closeLink]
         case (.stop, .closing):
+            state = .closing(after: .stayClosed)
             return []
         case (.stop, _):
             state = .closed
             return []
         case let (.deviceChanged(appeared), .gaveUp):
             // A device that appears anew is a new line: maxfail counts from zero again.
-            guard appeared, device == .present else { return [] }
+            guard appeared, device != .missing else { return [] }
             failures = 0
             return attempt(device, now: now)
         case (.deviceChanged, .waiting):
-            return device == .present ? attempt(device, now: now) : []
+            return device == .missing ? [] : attempt(device, now: now)
         case (.deviceChanged, _):
             return []
         case (.linkOpened, .opening):
@@ -155,12 +170,14 @@ public struct TerminalSupervisor: Sendable, Equatable {
             return []
         case (.linkOpened, _):
             return []
-        case (.linkClosed, .closing(true)):
+        case (.linkClosed, .closing(.retire)):
             state = .retired
             return [.retired]
-        case (.linkClosed, .closing(false)):
+        case (.linkClosed, .closing(.stayClosed)):
             state = .closed
             return []
+        case (.linkClosed, .closing(.reopen)):
+            return attempt(device, now: now)
         case (.linkClosed, .opening), (.linkClosed, .open):
             return reopenLater(device, now: now)
         case (.linkClosed, _):

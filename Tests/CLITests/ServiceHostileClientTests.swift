@@ -131,7 +131,7 @@ private func receiveNow(_ fd: Int32) -> [UInt8]? {
         defer { idle.forEach { close($0) } }
         for i in 0..<4 {
             idle.append(try connectUnix(rig.control.path))
-            rig.loop.advance(by: .milliseconds(100 * Int64(i + 1)))
+            rig.loop.advance(by: .milliseconds(250 * Int64(i + 1)))
         }
         #expect(rig.control.clientCount == 4)
         let newcomer = try connectUnix(rig.control.path)
@@ -142,6 +142,23 @@ private func receiveNow(_ fd: Int32) -> [UInt8]? {
         #expect(rig.control.clientsEvicted == 1)
         #expect(receiveNow(idle[0]) == nil, "the oldest idle client made room")
         #expect(receiveNow(idle[1]) != nil)
+    }
+
+    /// A flood of connections cannot push out a client before it has had a second to ask:
+    /// with every place taken by clients that young, the newcomer is the one turned away.
+    @Test func aFloodOfConnectionsCannotPushOutAFreshClient() throws {
+        let rig = try Rig(clientLimit: 4)
+        var fresh: [Int32] = []
+        defer { fresh.forEach { close($0) } }
+        for _ in 0..<4 { fresh.append(try connectUnix(rig.control.path)) }
+        rig.turns(2)
+        let flood = try (0..<8).map { _ in try connectUnix(rig.control.path) }
+        defer { flood.forEach { close($0) } }
+        rig.turns(2)
+        #expect(rig.control.clientsEvicted == 0 && rig.control.clientsRefused == 8)
+        #expect(sendAll(fresh[0], Array("{\"cmd\":\"list\"}\n".utf8)))
+        rig.turns(2)
+        #expect((receiveNow(fresh[0]) ?? []).contains(0x0A), "the first client was heard")
     }
 
     /// Subscribers are capped below the client limit, so subscribing cannot fill the server.
@@ -185,7 +202,7 @@ private func receiveNow(_ fd: Int32) -> [UInt8]? {
         }
         let slow = try (0..<3).map { _ in try client() }
         defer { slow.forEach { close($0) } }
-        loop.advance(by: .milliseconds(10))
+        loop.advance(by: .seconds(2))
         let scrapers = try (0..<2).map { _ in try client() }
         defer { scrapers.forEach { close($0) } }
         loop.advance(by: .zero)
@@ -195,7 +212,7 @@ private func receiveNow(_ fd: Int32) -> [UInt8]? {
         for s in scrapers { #expect(String(decoding: receiveNow(s) ?? [], as: UTF8.self).contains("pppbridge_up 1")) }
         #expect(renders == 1)
         #expect(metrics.evicted == 2)
-        loop.advance(by: MetricsServer.clientTimeout + .seconds(1))
+        loop.advance(by: .seconds(2))
         #expect(receiveNow(slow[2]) == nil)
         #expect(metrics.timedOut >= 1)
     }
@@ -272,7 +289,12 @@ private func receiveNow(_ fd: Int32) -> [UInt8]? {
             Issue.record("a file others can write was read")
             return
         }
-        #expect(w.messages == ["\(writable): writable by others, refused"])
+        #expect(w.messages == ["\(writable): writable by group or others, refused"])
+        chmod(writable, 0o660)
+        guard case .failure = TerminalFile.read(writable) else {
+            Issue.record("a file the group can write was read")
+            return
+        }
 
         if geteuid() == 0 {
             let theirs = scratch.path + "/theirs.conf"

@@ -161,11 +161,19 @@ private final class CountingClient: LoopClient {
         loop.wake(client)
         loop.advance(by: .zero)
         #expect(client.serviced.count == 2)
-        // Woken from its own service: its pollAt, read after, decides.
-        client.onService = { _ in loop.wake(client) }
+        // Woken from its own service (a callback of its service gave it more): once more on the
+        // next turn, never again within the same turn.
+        client.onService = { _ in
+            client.onService = nil
+            loop.wake(client)
+        }
         loop.wake(client)
-        loop.advance(by: .seconds(1))
+        loop.runTurn()
         #expect(client.serviced.count == 3)
+        loop.runTurn()
+        #expect(client.serviced.count == 4)
+        loop.advance(by: .seconds(1))
+        #expect(client.serviced.count == 4)
     }
 
     /// A descriptor registered as serving a client has that client serviced in the turn its

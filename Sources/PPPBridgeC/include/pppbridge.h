@@ -92,7 +92,8 @@ const char *pb_terminal_ip(pb_channel *channel);
 
 /* Closes the link without a word to the terminal if it is up and frees the channel; no
  * callback runs after it returns. 0, or PB_INVALID for a handle already destroyed (a second
- * destroy is harmless) or never created. Not from a callback. */
+ * destroy is harmless) or never created, and when called from a callback (nothing is done:
+ * a channel is not freed in the middle of its own work). */
 int  pb_channel_destroy(pb_channel *channel);
 
 /* ---- The service: many terminals from a configuration directory ----
@@ -135,7 +136,8 @@ int pb_service_remove_bridge(pb_service *service, const char *terminal, const ch
 
 /* Closes every link (LCP Terminate-Request, at most 5 s) and frees the service; no event
  * callback runs after it returns. 0, or PB_INVALID for a handle already closed or never
- * opened. Not from a callback. */
+ * opened, and when called from an event callback (nothing is done: it would wait for the
+ * thread it runs on). */
 int pb_service_close(pb_service *service);
 
 #ifdef __cplusplus
