@@ -12,13 +12,6 @@ public protocol LoopClient: AnyObject {
     func service(now: Instant)
 }
 
-/// A call posted to the loop and its result, handed between two threads by a semaphore.
-private final class SyncBox<T>: @unchecked Sendable {
-    var body: (() -> T)?
-    var result: T?
-    init(_ body: @escaping () -> T) { self.body = body }
-}
-
 /// One epoll loop on one thread: every descriptor of every channel in the process is watched
 /// here, and every protocol core is driven from here, so no locks are needed in the data path.
 /// Calls from other threads are posted to it (`execute`, `sync`).
@@ -60,7 +53,7 @@ public final class EventLoop: @unchecked Sendable {
 
     private let epoll: Int32
     private let wakeReader: Int32
-    private let wakeWriter: Int32
+    let wakeWriter: Int32
     public let clock: LoopClock
     private struct Registration {
         var handler: Handler
@@ -91,8 +84,8 @@ public final class EventLoop: @unchecked Sendable {
     @exclusivity(unchecked) private var deferred: [() -> Void] = []
     #endif
     private var nextTimerID = 0
-    private let posted = Mutex<[@Sendable () -> Void]>([])
-    private let threadID = Mutex<pthread_t?>(nil)
+    let posted = Mutex<[@Sendable () -> Void]>([])
+    let threadID = Mutex<pthread_t?>(nil)
     private var stopRequested = false
     private var events = [epoll_event](repeating: epoll_event(), count: 64)
     /// Turns taken (every `epoll_wait`), for tests and the benchmark.
@@ -138,81 +131,6 @@ public final class EventLoop: @unchecked Sendable {
     /// True on the loop's own thread.
     public var inLoop: Bool {
         threadID.withLock { id in id.map { pthread_equal($0, pthread_self()) != 0 } ?? false }
-    }
-
-    /// Runs `body` on the loop thread, soon.
-    public func execute(_ body: @escaping @Sendable () -> Void) {
-        posted.withLock { $0.append(body) }
-        var b: UInt8 = 1
-        _ = Glibc.write(wakeWriter, &b, 1)
-    }
-
-    /// Runs `body` on the loop thread and returns its result: at once when called there (or
-    /// when no thread runs the loop), otherwise posted and waited for.
-    public func sync<T>(_ body: () -> T) -> T {
-        // A loop no thread is running yet (one a program runs on its own thread later) is the
-        // caller's alone: the work is done at once.
-        if inLoop || !isRunning { return body() }
-        return withoutActuallyEscaping(body) { escapable in
-            // The posted closure holds only the box, which lets go of `body` before the
-            // caller resumes, so `body` never outlives this call.
-            let box = SyncBox(escapable)
-            let done = DispatchSemaphore(value: 0)
-            execute {
-                box.result = box.body?()
-                box.body = nil
-                done.signal()
-            }
-            done.wait()
-            return box.result!
-        }
-    }
-
-    /// Runs `body` on the loop thread: at once when called there or when no thread runs the
-    /// loop, otherwise posted (the caller goes on; nothing waits). For async APIs that resume a
-    /// continuation from the loop.
-    public func enqueue(_ body: @escaping () -> Void) {
-        let box = SyncBox(body)
-        let posted = postWhileRunning {
-            box.body?()
-            box.body = nil
-        }
-        if !posted { body() }
-    }
-
-    /// Posts `work` if a thread runs the loop and it is not this one; false otherwise. Decided
-    /// under the lock `run` clears the thread under, and `run` drains what was posted once it
-    /// has cleared it: work posted this way always runs (a plain `execute` racing the loop's
-    /// end could be left in the queue, and an async caller waiting on it would never resume).
-    private func postWhileRunning(_ work: @escaping @Sendable () -> Void) -> Bool {
-        threadID.withLock { id in
-            guard let id, pthread_equal(id, pthread_self()) == 0 else { return false }
-            self.posted.withLock { $0.append(work) }
-            var b: UInt8 = 1
-            _ = Glibc.write(self.wakeWriter, &b, 1)
-            return true
-        }
-    }
-
-    /// Runs `body` on the loop thread and returns its result without blocking the caller's
-    /// thread: the calling task is suspended until the loop has run it (which `sync`, waiting on a
-    /// semaphore, would do with a thread of the cooperative pool held). At once when called on the
-    /// loop's thread or when no thread runs the loop. What async APIs use.
-    public func perform<T>(_ body: @escaping () -> T) async -> T {
-        let box = SyncBox(body)
-        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
-            let posted = postWhileRunning {
-                box.result = box.body?()
-                box.body = nil
-                c.resume()
-            }
-            if !posted {
-                box.result = box.body?()
-                box.body = nil
-                c.resume()
-            }
-        }
-        return box.result!
     }
 
     // MARK: Descriptors (loop thread only)
@@ -461,24 +379,4 @@ public final class EventLoop: @unchecked Sendable {
             for w in work { w() }
         }
     }
-}
-
-/// Where a loop reads the time.
-public protocol LoopClock: AnyObject, Sendable {
-    var now: Instant { get }
-}
-
-/// The monotonic clock (CLOCK_MONOTONIC): what every loop outside tests runs on.
-public final class MonotonicClock: LoopClock {
-    public init() {}
-    public var now: Instant { monotonicNow() }
-}
-
-/// Time that moves only when told (`EventLoop.advance(by:)`): a test's loop.
-public final class VirtualClock: LoopClock {
-    private let instant: Mutex<Instant>
-    public init(_ start: Instant = .seconds(1_000)) { instant = Mutex(start) }
-    public var now: Instant { instant.withLock { $0 } }
-    /// Moves the clock to `to`; never backwards.
-    public func set(_ to: Instant) { instant.withLock { $0 = max($0, to) } }
 }

@@ -119,7 +119,7 @@ public final class StackAttachment: NetworkAttachment {
     private var serving = false
     private var eventBuffer: [StackEvent] = []
 
-    /// A class, so that `pollAt` (every turn) looks at its timers without copying its table.
+    /// A class, so that `pollAt` (after each service) looks at its timers without copying its table.
     final class Ping {
         let target: IPv4Address
         let count: Int

@@ -87,7 +87,7 @@ public struct DNSRelayQueries<Slot: Hashable & Sendable>: Sendable {
 
     public var pollAt: Instant? {
         // A loop, not `map(\.deadline)`: a key path here is built anew on every call, and this
-        // is asked on every turn of the event loop.
+        // is asked after each service of the link session.
         var earliest: Instant?
         for entry in inFlight.values where earliest.map({ entry.deadline < $0 }) ?? true { earliest = entry.deadline }
         return earliest

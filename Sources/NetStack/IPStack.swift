@@ -340,7 +340,7 @@ public struct IPStack: Sendable {
     // MARK: Time
 
     /// `pollAt` through a mutating access, which reaches the stack and each connection where
-    /// they lie: the channel asks on every turn of the loop, and the getter, called on a stack
+    /// they lie: the channel asks after each service of its link session, and the getter, called on a stack
     /// held in an object's property, first copies the whole stack (and each connection out of
     /// the table), retaining and releasing every buffer in it.
     public mutating func pollAtInPlace() -> Instant? {
@@ -351,7 +351,7 @@ public struct IPStack: Sendable {
         return t
     }
 
-    /// When `poll` must next be called. (The channel asks `pollAtInPlace`, every turn.)
+    /// When `poll` must next be called. (The channel asks `pollAtInPlace` after each service of its link session.)
     public var pollAt: Instant? {
         var stack = self
         return stack.pollAtInPlace()
