@@ -87,6 +87,9 @@ static inline int pppbridge_if_configure(const char *name, uint32_t local, uint3
 struct sockaddr;
 int accept4(int sockfd, struct sockaddr *addr, socklen_t *addrlen, int flags);
 
+/* open(2)'s O_PATH (Linux: a descriptor that names a file without opening it for I/O). */
+#define PPPBRIDGE_O_PATH 010000000
+
 /* The user ID of the process at the other end of a Unix socket (SO_PEERCRED); struct ucred
    itself needs _GNU_SOURCE, so its layout (pid, uid, gid) is spelled out here. -1 on error. */
 static inline int pppbridge_peer_uid(int fd, unsigned int *uid) {

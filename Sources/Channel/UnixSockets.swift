@@ -80,18 +80,23 @@ public enum UnixSocket {
             unlink(path)
         }
         let fd = try socket(nonBlocking: true)
-        // bind(2) makes the file with the mode the umask leaves: set so that it is `mode` from
-        // the start, with no moment at a wider mode and no chmod by path afterwards (which a
-        // file swapped in meanwhile would take).
-        let previous = umask(~mode & 0o777)
         let bound = withUnsafePointer(to: &a) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
-        umask(previous)
         guard bound == 0 else {
             let e = SystemError("bind \(path)")
             Glibc.close(fd)
             throw e
+        }
+        // bind(2) made the file with the process's umask. Its mode is set on the very file
+        // bind made, not on whatever the path names by now: opened without following a link,
+        // checked to be a socket, and changed through that descriptor. Nobody can connect
+        // meanwhile (the socket does not listen yet), and the umask, which every thread of a
+        // program that links us shares, is left alone.
+        do throws(SystemError) { try setMode(mode, ofSocketAt: path) } catch {
+            Glibc.close(fd)
+            unlink(path)
+            throw error
         }
         guard Glibc.listen(fd, backlog) == 0 else {
             let e = SystemError("listen \(path)")
@@ -112,6 +117,19 @@ public enum UnixSocket {
             throw SystemError("\(path): the program listening there is another user's", errno: EPERM)
         }
         return fd
+    }
+
+    /// chmod of the socket file at `path` itself: opened with O_PATH and O_NOFOLLOW, checked
+    /// to be a socket, changed through /proc/self/fd (which names that inode, not the path).
+    private static func setMode(_ mode: mode_t, ofSocketAt path: String) throws(SystemError) {
+        let p = open(path, Int32(PPPBRIDGE_O_PATH) | O_NOFOLLOW | O_CLOEXEC)
+        guard p >= 0 else { throw SystemError("open \(path)") }
+        defer { Glibc.close(p) }
+        var st = stat()
+        guard fstat(p, &st) == 0, st.st_mode & S_IFMT == S_IFSOCK else {
+            throw SystemError("\(path) is no longer the socket bound there", errno: EEXIST)
+        }
+        guard chmod("/proc/self/fd/\(p)", mode) == 0 else { throw SystemError("chmod \(path)") }
     }
 
     /// A blocking connection to a service's socket at `path`, refused unless the program

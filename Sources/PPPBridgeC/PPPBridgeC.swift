@@ -77,15 +77,46 @@ final class CChannel: ChannelDelegate, @unchecked Sendable {
     }
 }
 
-/// The live channels by handle. Handles count up from 1 (shifted, so no handle is a small
-/// integer a careless caller might pass) and are never reused.
-private let channels = Mutex<(next: UInt, table: [UInt: CChannel])>((1, [:]))
+/// Live objects by handle. Handles count up from 1, shifted and tagged with the table's kind
+/// (so no handle is a small integer a careless caller might pass, nor one kind's handle
+/// another's), and are never reused.
+final class HandleTable<Object: AnyObject & Sendable>: Sendable {
+    private let state = Mutex<(next: UInt, table: [UInt: Object])>((1, [:]))
+    private let tag: UInt
 
-private func unwrap(_ p: OpaquePointer?) -> CChannel? {
-    guard let p else { return nil }
-    let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(p)))
-    return channels.withLock { $0.table[key] }
+    init(tag: UInt) { self.tag = tag & 0xF }
+
+    /// A new handle for the object `make` builds with it; nil when the object cannot be made
+    /// (`make` sets errno) or the handles ran out.
+    func insert(_ make: (OpaquePointer) -> Object?) -> OpaquePointer? {
+        let key = state.withLock { s -> UInt in
+            defer { s.next &+= 1 }
+            return s.next << 4 | tag
+        }
+        guard let raw = UnsafeRawPointer(bitPattern: key) else {
+            errno = EOVERFLOW
+            return nil
+        }
+        let handle = OpaquePointer(raw)
+        guard let object = make(handle) else { return nil }
+        state.withLock { $0.table[key] = object }
+        return handle
+    }
+
+    subscript(_ p: OpaquePointer?) -> Object? {
+        guard let p else { return nil }
+        return state.withLock { $0.table[Self.key(p)] }
+    }
+
+    /// Takes the object out: from then on the handle is invalid.
+    func remove(_ p: OpaquePointer) -> Object? { state.withLock { $0.table.removeValue(forKey: Self.key(p)) } }
+
+    private static func key(_ p: OpaquePointer) -> UInt { UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(p))) }
 }
+
+private let channels = HandleTable<CChannel>(tag: 0x1)
+
+private func unwrap(_ p: OpaquePointer?) -> CChannel? { channels[p] }
 
 private let invalid: Int32 = -6
 private let openFailed: Int32 = -7
@@ -103,19 +134,9 @@ public func pb_channel_create(_ device: UnsafePointer<CChar>?, _ context: Unsafe
         errno = error.errno
         return nil
     }
-    let key = channels.withLock { state -> UInt in
-        let key = state.next << 4 | 0x1
-        state.next &+= 1
-        return key
+    return channels.insert { handle in
+        CChannel(device: String(cString: device), loop: loop, handle: handle, context: context, didOpen: didOpen, didClose: didClose)
     }
-    guard let raw = UnsafeRawPointer(bitPattern: key) else {
-        errno = EOVERFLOW
-        return nil
-    }
-    let handle = OpaquePointer(raw)
-    let c = CChannel(device: String(cString: device), loop: loop, handle: handle, context: context, didOpen: didOpen, didClose: didClose)
-    channels.withLock { $0.table[key] = c }
-    return handle
 }
 
 @_cdecl("pb_open_channel")
@@ -197,10 +218,9 @@ public func pb_channel_destroy(_ p: OpaquePointer?) -> Int32 {
     // From a callback (the loop's thread) the channel would be freed in the middle of its own
     // work: refused, nothing done.
     if live.channel.loop.inLoop { return invalid }
-    let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(p)))
     // Out of the table first: from here on every call with this handle is PB_INVALID, and a
     // second destroy finds nothing to free.
-    guard let c = channels.withLock({ $0.table.removeValue(forKey: key) }) else { return invalid }
+    guard let c = channels.remove(p) else { return invalid }
     // No callback after this returns: the delegate is let go on the loop first.
     c.channel.loop.sync { c.channel.delegate = nil }
     return 0
@@ -216,13 +236,9 @@ final class CService: @unchecked Sendable {
     init(service: TerminalService) { self.service = service }
 }
 
-private let services = Mutex<(next: UInt, table: [UInt: CService])>((1, [:]))
+private let services = HandleTable<CService>(tag: 0x3)
 
-private func unwrapService(_ p: OpaquePointer?) -> CService? {
-    guard let p else { return nil }
-    let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(p)))
-    return services.withLock { $0.table[key] }
-}
+private func unwrapService(_ p: OpaquePointer?) -> CService? { services[p] }
 
 @_cdecl("pb_service_open")
 public func pb_service_open(_ directory: UnsafePointer<CChar>?, _ onEvent: ServiceEventCallback?, _ context: UnsafeMutableRawPointer?) -> OpaquePointer? {
@@ -230,33 +246,28 @@ public func pb_service_open(_ directory: UnsafePointer<CChar>?, _ onEvent: Servi
         errno = EINVAL
         return nil
     }
-    let key = services.withLock { state -> UInt in
-        let key = state.next << 4 | 0x3
-        state.next &+= 1
-        return key
-    }
-    guard let raw = UnsafeRawPointer(bitPattern: key) else {
-        errno = EOVERFLOW
-        return nil
-    }
-    let handle = OpaquePointer(raw)
-    let service: TerminalService
-    do { service = try TerminalService(directory: String(cString: directory)) } catch {
-        errno = error.errno
-        return nil
-    }
+    let path = String(cString: directory)
     // The context pointer is the caller's, handed back as it came.
     let contextBits = UInt(bitPattern: context)
-    if let onEvent {
-        service.observe { event in
-            // Not after pb_service_close: the handle leaves the table first.
-            guard unwrapService(handle) != nil else { return }
-            event.json.withCString { onEvent(handle, $0, UnsafeMutableRawPointer(bitPattern: contextBits)) }
+    return services.insert { handle in
+        let made: Result<TerminalService, SystemError>
+        do throws(SystemError) { made = .success(try TerminalService(directory: path)) } catch { made = .failure(error) }
+        guard case let .success(service) = made else {
+            if case let .failure(e) = made { errno = e.errno }
+            return nil
         }
+        if let onEvent {
+            service.observe { event in
+                // Not after pb_service_close: the handle leaves the table first.
+                guard unwrapService(handle) != nil else { return }
+                event.json.withCString { onEvent(handle, $0, UnsafeMutableRawPointer(bitPattern: contextBits)) }
+            }
+        }
+        return CService(service: service)
+    }.map { handle in
+        services[handle]?.service.start()
+        return handle
     }
-    services.withLock { $0.table[key] = CService(service: service) }
-    service.start()
-    return handle
 }
 
 @_cdecl("pb_service_request")
@@ -317,8 +328,7 @@ public func pb_service_close(_ p: OpaquePointer?) -> Int32 {
     // From an event callback (the loop's thread) the wait below would wait for that very
     // thread: refused, nothing done.
     if live.service.loop.inLoop { return invalid }
-    let key = UInt(bitPattern: Int(bitPattern: UnsafeRawPointer(p)))
-    guard let s = services.withLock({ $0.table.removeValue(forKey: key) }) else { return invalid }
+    guard let s = services.remove(p) else { return invalid }
     // Every link closed (LCP Terminate-Request): the caller's thread waits, the loop's never
     // does (the loop answers `stop` on its own thread).
     let done = DispatchSemaphore(value: 0)

@@ -21,6 +21,9 @@ final class ControlServer {
     static let outputLimit = 1 << 20
     /// Bytes read from a client per turn: a request is a line of a few dozen bytes.
     static let readPerTurn = 16_384
+    /// Bytes a client may send without a request among them (blank lines) before it is let
+    /// go: what a flood of nothing costs the loop is bounded, not only spread over turns.
+    static let bytesWithoutRequest = 65_536
     /// Requests answered per client per turn of the loop.
     static let requestsPerTurn = 8
     /// A client (not a subscriber) that sends no complete request for this long is let go.
@@ -38,6 +41,8 @@ final class ControlServer {
         var lastRequest: Instant
         var timer: Int?
         var drainScheduled = false
+        /// Bytes received since the last request.
+        var idleBytes = 0
         init(_ connection: StreamConnection, now: Instant) {
             self.connection = connection
             lastRequest = now
@@ -54,6 +59,8 @@ final class ControlServer {
     /// Clients let go for sending no request in time, and idle ones let go to make room.
     private(set) var clientsTimedOut = 0
     private(set) var clientsEvicted = 0
+    /// Clients let go for sending `bytesWithoutRequest` of nothing.
+    private(set) var clientsSendingNothing = 0
     private let handle: (ControlRequest) -> [String: Any]
 
     /// Listens at `path` (mode 0660). `handle` answers one request (all but `subscribe`,
@@ -130,7 +137,15 @@ final class ControlServer {
     private func received(_ bytes: [UInt8], from key: ObjectIdentifier) {
         guard let client = clients[key] else { return }
         // Blank lines get no answer and cost no request (the assembler passes over them).
-        client.waiting += client.lines.feed(bytes)
+        let pieces = client.lines.feed(bytes)
+        client.idleBytes = pieces.isEmpty ? client.idleBytes + bytes.count : 0
+        guard client.idleBytes <= ControlServer.bytesWithoutRequest else {
+            clientsSendingNothing += 1
+            clients[key] = nil
+            letGo(client)
+            return
+        }
+        client.waiting += pieces
         drain(key)
     }
 

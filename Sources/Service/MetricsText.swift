@@ -39,6 +39,8 @@ enum MetricsText {
             add("pppbridge_control_clients_closed_total", "counter", "Control clients let go, by why.", [("reason", "made_room")], c.clientsEvicted)
             add("pppbridge_control_clients_closed_total", "counter", "Control clients let go, by why.", [("reason", "not_reading")], c.clientsDropped)
             add("pppbridge_control_clients_closed_total", "counter", "Control clients let go, by why.", [("reason", "refused")], c.clientsRefused)
+            add("pppbridge_control_clients_closed_total", "counter", "Control clients let go, by why.", [("reason", "sent_nothing")],
+                c.clientsSendingNothing)
         }
         if let m = service.metricsServer {
             add("pppbridge_metrics_clients_closed_total", "counter", "Metrics clients let go before they finished, by why.", [("reason", "timeout")],

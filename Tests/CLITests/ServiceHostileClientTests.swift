@@ -99,6 +99,24 @@ private func receiveNow(_ fd: Int32) -> [UInt8]? {
         #expect(answers == 2_000)
     }
 
+    /// A client that sends only blank lines is let go after `bytesWithoutRequest` of them,
+    /// long before its idle time is up.
+    @Test func aClientSendingNothingButBlankLinesIsLetGo() throws {
+        let rig = try Rig()
+        let blank = try connectUnix(rig.control.path)
+        defer { close(blank) }
+        rig.turns(2)
+        let block = [UInt8](repeating: 0x0A, count: 16_384)
+        var sent = 0
+        for _ in 0..<40 where receiveNow(blank) != nil {
+            if sendAll(blank, block) { sent += block.count }
+            rig.turns()
+        }
+        #expect(receiveNow(blank) == nil, "still connected after \(sent) bytes of blank lines")
+        #expect(sent > ControlServer.bytesWithoutRequest && sent <= ControlServer.bytesWithoutRequest + 3 * block.count)
+        #expect(rig.control.clientsSendingNothing == 1)
+    }
+
     /// Clients that ask nothing are let go after `requestTimeout`; a subscriber stays.
     @Test func silentClientsAreLetGoAndSubscribersStay() throws {
         let rig = try Rig()

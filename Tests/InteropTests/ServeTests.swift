@@ -274,6 +274,19 @@ import Testing
         #expect(Self.states(renamed.reply) == ["b": "gave-up", "c": "open"], "\(renamed.reply)")
     }
 
+    /// `Tools/CExample/NAME.c` compiled with gcc against the built `libPPPBridgeC.so`; the
+    /// program's path.
+    static func compileCExample(_ name: String, into directory: String) async throws -> String {
+        let products = URL(fileURLWithPath: BridgeProcess.binary).deletingLastPathComponent().path
+        #expect(FileManager.default.fileExists(atPath: products + "/libPPPBridgeC.so"), "build the PPPBridgeC product first")
+        let program = directory + "/" + name
+        let compiled = try await runCommand("/usr/bin/gcc", ["-Wall", "-Wextra", "-Werror", "-o", program, packageRoot + "/Tools/CExample/\(name).c",
+                                                              "-I", packageRoot + "/Sources/PPPBridgeC/include", "-L", products, "-lPPPBridgeC",
+                                                              "-Wl,-rpath," + products, "-pthread"], timeout: 120)
+        #expect(compiled.status == 0, "\(compiled.output)")
+        return program
+    }
+
     /// Handles used after destroy, destroyed twice or never created, a reopen from did-close on
     /// a missing device, and a descriptor limit too low for the loop: errors, never a trap or a
     /// hang (`Tools/CExample/pb_handles.c`).
@@ -281,12 +294,7 @@ import Testing
         let directory = NSTemporaryDirectory() + "pppbridge-capi-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let products = URL(fileURLWithPath: BridgeProcess.binary).deletingLastPathComponent().path
-        let program = directory + "/pb_handles"
-        let compiled = try await runCommand("/usr/bin/gcc", ["-Wall", "-Wextra", "-Werror", "-o", program, packageRoot + "/Tools/CExample/pb_handles.c",
-                                                              "-I", packageRoot + "/Sources/PPPBridgeC/include", "-L", products, "-lPPPBridgeC",
-                                                              "-Wl,-rpath," + products, "-pthread"], timeout: 120)
-        #expect(compiled.status == 0, "\(compiled.output)")
+        let program = try await Self.compileCExample("pb_handles", into: directory)
         let run = try await runCommand(program, [], timeout: 60)
         #expect(run.status == 0 && run.output.contains("pb_handles: ok"), "\(run.output)")
         #expect(!run.output.contains("NOT as expected"), "\(run.output)")
@@ -300,12 +308,7 @@ import Testing
     @Test func theServiceThroughTheCAPI() async throws {
         let (directory, conf, lines) = try Self.makeDirectories()
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let products = URL(fileURLWithPath: BridgeProcess.binary).deletingLastPathComponent().path
-        let program = directory + "/pb_service_example"
-        let compiled = try await runCommand("/usr/bin/gcc", ["-Wall", "-Wextra", "-Werror", "-o", program, packageRoot + "/Tools/CExample/pb_service_example.c",
-                                                              "-I", packageRoot + "/Sources/PPPBridgeC/include", "-L", products, "-lPPPBridgeC",
-                                                              "-Wl,-rpath," + products, "-pthread"], timeout: 120)
-        #expect(compiled.status == 0, "\(compiled.output)")
+        let program = try await Self.compileCExample("pb_service_example", into: directory)
         let port = Host.freePort()
         let terminal = try Self.terminal(lines + "/t1", echo: port, log: directory + "/t1.log")
         defer { terminal.reap() }
@@ -320,13 +323,7 @@ import Testing
         let directory = NSTemporaryDirectory() + "pppbridge-capi-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let products = URL(fileURLWithPath: BridgeProcess.binary).deletingLastPathComponent().path
-        #expect(FileManager.default.fileExists(atPath: products + "/libPPPBridgeC.so"), "build the PPPBridgeC product first")
-        let example = directory + "/pb_example"
-        let compiled = try await runCommand("/usr/bin/gcc", ["-Wall", "-Wextra", "-Werror", "-o", example, packageRoot + "/Tools/CExample/pb_example.c",
-                                                              "-I", packageRoot + "/Sources/PPPBridgeC/include", "-L", products, "-lPPPBridgeC",
-                                                              "-Wl,-rpath," + products, "-pthread"], timeout: 120)
-        #expect(compiled.status == 0, "\(compiled.output)")
+        let example = try await Self.compileCExample("pb_example", into: directory)
         let link = directory + "/line", port = Host.freePort()
         let terminal = try Self.terminal(link, echo: port, log: directory + "/terminal.log")
         defer { terminal.reap() }
