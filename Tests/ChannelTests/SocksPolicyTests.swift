@@ -233,7 +233,9 @@ import ChannelTestSupport
         #expect(firstIDs.count == 1 && secondIDs == firstIDs, "the proxy's side should reuse the id: \(firstIDs) \(secondIDs)")
         // The first lookup answers late, for an id the second client now has.
         gates.value["first.test"]?.signal()
-        try await Task.sleep(for: .milliseconds(300))
+        // Until the late answer is in: the first lookup has returned, the second still runs.
+        for _ in 0..<500 where await loop.perform({ proxy.lookupsRunning }) > 1 { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(await loop.perform { proxy.lookupsRunning } == 1)
         await loop.perform { shuttle() }
         #expect(await loop.perform { proxy.connections.isEmpty }, "the late answer connected a client that asked for something else")
         let greeting = await loop.perform { terminal.read(secondID, now: loop.now) }
