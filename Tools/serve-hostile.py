@@ -181,6 +181,8 @@ class Serve:
         link, tmp = self.simulator(name, services), os.path.join(self.conf, f".{name}.tmp")
         with open(tmp, "w") as f:
             f.write("".join(l + "\n" for l in (f"device {link}", "lcp-echo-interval 1", "lcp-echo-failure 3", *extra)))
+        # serve refuses a configuration file its group or others may write (umask 002).
+        os.chmod(tmp, 0o600)
         os.rename(tmp, os.path.join(self.conf, f"{name}.conf"))
 
     def ctl(self, *words, timeout=10):

@@ -80,6 +80,8 @@ def main():
                 time.sleep(0.01)
             with open(os.path.join(conf, f"t{n:02d}.conf.tmp"), "w") as f:
                 f.write(f"device {link}\nlcp-echo-interval 5\n")
+            # serve refuses a configuration file its group or others may write (umask 002).
+            os.chmod(os.path.join(conf, f"t{n:02d}.conf.tmp"), 0o600)
             os.rename(os.path.join(conf, f"t{n:02d}.conf.tmp"), os.path.join(conf, f"t{n:02d}.conf"))
         listed = {}
         deadline = time.time() + 120
