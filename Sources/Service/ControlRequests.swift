@@ -4,14 +4,6 @@ import NetStack
 
 /// The control socket's requests: `{"cmd":NAME, ...}` in, one JSON object out.
 extension Service {
-    /// Answers one line of the control socket.
-    func answer(_ line: [UInt8]) -> [String: Any] {
-        switch ControlRequest.decode(line) {
-        case let .success(request): return answer(request)
-        case let .failure(e): return Service.failure(e.code, e.message)
-        }
-    }
-
     static func failure(_ code: Int32, _ text: String) -> [String: Any] { ["ok": false, "code": Int(code), "error": text] }
 
     /// Answers a request (`subscribe` is the control server's, and only acknowledged here).
