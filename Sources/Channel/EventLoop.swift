@@ -98,7 +98,8 @@ public final class EventLoop: @unchecked Sendable {
     @exclusivity(unchecked) public private(set) var now: Instant
     #endif
 
-    /// A loop on `clock` (the monotonic clock unless a test gives a `VirtualClock`).
+    /// A loop on `clock` (the monotonic clock unless a test gives a `VirtualClock` or a
+    /// `LeapingClock`).
     public init(clock: LoopClock = MonotonicClock()) throws(SystemError) {
         let e = epoll_create1(Int32(EPOLL_CLOEXEC))
         guard e >= 0 else { throw SystemError("epoll_create1") }
@@ -117,6 +118,7 @@ public final class EventLoop: @unchecked Sendable {
         event.events = EPOLLIN.rawValue
         event.data.fd = wakeReader
         _ = epoll_ctl(epoll, EPOLL_CTL_ADD, wakeReader, &event)
+        (clock as? LeapingClock)?.attach(self)
     }
 
     deinit {

@@ -32,7 +32,8 @@ public final class LinkSession: LoopClient {
     // Without the runtime's exclusivity check in release builds, as `link` (above).
     @exclusivity(unchecked) private var output = LineOutputQueue()
     #endif
-    private let started: Instant
+    /// When the link started on its loop's clock (the record file's times count from it).
+    private var started = Instant(nanoseconds: 0)
     /// What carries IP once IPCP is up; without one, IP packets are counted and dropped.
     public let attachment: NetworkAttachment?
     /// Seeded frame loss on the line, both ways, for recovery tests against real peers.
@@ -180,7 +181,6 @@ public final class LinkSession: LoopClient {
         self.pcap = pcap
         self.record = record
         self.onEvent = onEvent
-        started = monotonicNow()
     }
 
     /// How long we wait for the Terminate exchange after a close request before giving up on it
@@ -190,6 +190,7 @@ public final class LinkSession: LoopClient {
     /// Starts the link on `loop` (on the loop's thread).
     public func start(on loop: EventLoop) throws(SystemError) {
         self.loop = loop
+        started = loop.now
         if let stack = attachment as? StackAttachment {
             stack.loopClient = self
             stack.loop = loop

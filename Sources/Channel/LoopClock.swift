@@ -20,3 +20,30 @@ public final class VirtualClock: LoopClock {
     /// Moves the clock to `to`; never backwards.
     public func set(_ to: Instant) { instant.withLock { $0 = max($0, to) } }
 }
+
+/// The monotonic clock that a test can move ahead at once (`leap(by:)`): for loops whose
+/// descriptors are real (ptys, sockets) but whose timers a test must see fire without
+/// waiting for them. Every loop on the clock is woken by the leap, so each takes the timers
+/// that fell due at its next turn.
+public final class LeapingClock: LoopClock {
+    private let state = Mutex<(ahead: Duration, loops: [WeakLoop])>((.zero, []))
+    public init() {}
+    public var now: Instant { monotonicNow() + state.withLock { $0.ahead } }
+
+    /// Wakes `loop` at each leap; a loop made on this clock is attached by `EventLoop.init`.
+    func attach(_ loop: EventLoop) { state.withLock { $0.loops.append(WeakLoop(loop)) } }
+
+    /// Moves the time ahead by `duration` (never backwards) and wakes every loop on it.
+    public func leap(by duration: Duration) {
+        let loops: [EventLoop] = state.withLock { s in
+            s.ahead += max(.zero, duration)
+            return s.loops.compactMap(\.loop)
+        }
+        for loop in loops { loop.execute {} }
+    }
+}
+
+private struct WeakLoop: Sendable {
+    weak var loop: EventLoop?
+    init(_ loop: EventLoop) { self.loop = loop }
+}

@@ -205,6 +205,11 @@ public final class StreamListener {
     private var backoffTimer: Int?
     /// Times the listener rested because accept(2) ran out of descriptors.
     public var acceptBackoffs: Int { backoff.count }
+    /// Takes the next client off the listening socket: accept(2), unless a test stands in for
+    /// a process out of descriptors (which it cannot make without starving its neighbours).
+    var acceptNext: (StreamListener) -> HostSocket.Accepted = { l in
+        l.path == nil ? HostSocket.accept(l.descriptor) : UnixSocket.accept(l.descriptor)
+    }
 
     /// Listens on `endpoint` (port 0 picks a free one; `endpoint` then tells it).
     public convenience init(on endpoint: TCPEndpoint, loop: EventLoop, onAccept: @escaping (StreamConnection) -> Void) throws(SystemError) {
@@ -249,7 +254,7 @@ public final class StreamListener {
         var accepted = 0
         while !closed && accepted < StreamListener.acceptBudget {
             accepted += 1
-            let next = path == nil ? HostSocket.accept(descriptor) : UnixSocket.accept(descriptor)
+            let next = acceptNext(self)
             switch next {
             case .none:
                 return

@@ -34,7 +34,7 @@ public final class PaymentReader: @unchecked Sendable {
 
     public init(loop: EventLoop = .shared) {
         self.loop = loop
-        core = ReaderSession(now: monotonicNow(), wallClock: .current(), random: { try SecureBytes.random($0) })
+        core = ReaderSession(now: loop.clock.now, wallClock: .current(), random: { try SecureBytes.random($0) })
     }
 
     public var state: PaymentState { loop.sync { core.state } }

@@ -125,14 +125,15 @@ struct BoundsTests {
     }
 
     /// A channel on `path` and a scripted terminal on its other end, up to IPCP on both.
-    private static func scripted(_ path: String, configure: (inout ChannelConfiguration) -> Void = { _ in }) throws -> (Channel, ScriptedTerminal) {
+    private static func scripted(_ path: String, loop: EventLoop = .shared,
+                                 configure: (inout ChannelConfiguration) -> Void = { _ in }) throws -> (Channel, ScriptedTerminal) {
         let terminal = try ScriptedTerminal(linkedAt: path)
         var c = ChannelConfiguration(line: .device(path))
         c.link.negotiation.restartInterval = .seconds(1)
         c.relayDNS = false
         c.socks = nil
         configure(&c)
-        let channel = Channel(configuration: c)
+        let channel = Channel(configuration: c, loop: loop)
         try channel.start()
         let up = terminal.run(for: .seconds(20)) { terminal.result != nil && channel.isOpen }
         try #require(up, "the link did not come up")
@@ -617,8 +618,12 @@ extension BoundsTests {
         let directory = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: directory) }
         // An Echo-Request a second, so some are due while the queue is full; four missed in a
-        // row (4 s) would end the link, longer than the terminal stops reading here.
-        let (channel, terminal) = try Self.scripted(directory + "/line") { $0.link.echo.interval = .seconds(1) }
+        // row (4 s) would end the link, longer than the terminal stops reading here. The
+        // channel's loop is on a clock the test moves ahead: the echoes fall due when it says.
+        let clock = LeapingClock()
+        let loop = try EventLoop(clock: clock)
+        try loop.startThread()
+        let (channel, terminal) = try Self.scripted(directory + "/line", loop: loop) { $0.link.echo.interval = .seconds(1) }
         let ours = try #require(channel.currentAddresses?.ip)
         // The line is a pty: no speed, the unpaced limit.
         #expect(channel.status.lineQueue.limit == 256 * 1024)
@@ -636,14 +641,16 @@ extension BoundsTests {
             terminal.send(raw: burst)
             terminal.run(for: .seconds(5), reading: false) { terminal.unsentBytes == 0 }
             let sent = terminal.unsentBytes == 0
-            // Two and a half echo intervals without reading: two or three Echo-Requests are queued.
+            // Two echo intervals without reading: two Echo-Requests fall due and are queued.
             terminal.received = []
-            let wait = monotonicNow() + .milliseconds(2500)
-            var queued = Int.max
-            while monotonicNow() < wait {
+            var queued = channel.status.lineQueue.queued
+            for _ in 0..<2 {
+                clock.leap(by: .seconds(1))
+                // The turn after the leap took the echo timer (and wrote what the pty holds).
+                loop.sync {}
+                loop.sync {}
                 terminal.turn(reading: false)
                 queued = min(queued, channel.status.lineQueue.queued)
-                usleep(5000)
             }
             // The terminal reads it all (and answers the echoes).
             let read = terminal.run(for: .seconds(10)) {

@@ -1,3 +1,4 @@
+import ChannelTestSupport
 import CSystem
 import Glibc
 import NetStack
@@ -229,5 +230,97 @@ private final class CountingClient: LoopClient {
         #expect(a.feed(Array(":\"list\"}\n\n\n".utf8)) == [.line(Array("  {\"cmd\":\"list\"}".utf8))])
         var keeps = LineAssembler(limit: 100)
         #expect(keeps.feed(Array("\n\n".utf8)) == [.line([]), .line([])])
+    }
+}
+
+/// A loop on its own thread, real descriptors, and a clock a test moves ahead at once.
+@Suite struct LeapingClockTests {
+    @Test func aLeapFiresTheTimersThatFellDueOnEveryLoopOnTheClock() async throws {
+        let clock = LeapingClock()
+        let first = try EventLoop(clock: clock), second = try EventLoop(clock: clock)
+        try first.startThread()
+        try second.startThread()
+        let fired = Locked<[String]>([])
+        await first.perform {
+            _ = first.schedule(at: first.now + .seconds(30)) { fired.mutate { $0.append("first 30 s") } }
+            _ = first.schedule(at: first.now + .seconds(90)) { fired.mutate { $0.append("first 90 s") } }
+        }
+        await second.perform {
+            _ = second.schedule(at: second.now + .seconds(45)) { fired.mutate { $0.append("second 45 s") } }
+        }
+        let before = clock.now
+        clock.leap(by: .seconds(60))
+        #expect(clock.now - before >= .seconds(60))
+        // The leap wakes both loops; the timers due run in the turn after, before the second
+        // round trip's work.
+        for _ in 0..<2 {
+            await first.perform {}
+            await second.perform {}
+        }
+        #expect(fired.value.sorted() == ["first 30 s", "second 45 s"])
+        clock.leap(by: .seconds(-100))
+        #expect(clock.now - before >= .seconds(60), "never backwards")
+    }
+}
+
+/// A listener whose accept(2) runs out of descriptors rests instead of spinning on a socket
+/// that stays readable, on virtual time: the client waits in the kernel's queue, is not looked
+/// at while the listener rests (100 ms, doubling), and is taken the first time a descriptor
+/// is there again.
+@Suite struct ListenerOutOfDescriptorsTests {
+    @Test func aListenerOutOfDescriptorsRestsDoublingAndTakesTheClientAfter() throws {
+        let loop = try EventLoop(clock: VirtualClock())
+        var accepted: [StreamConnection] = []
+        let listener = try StreamListener(on: TCPEndpoint(IPv4Address(127, 0, 0, 1), 0), loop: loop) { accepted.append($0) }
+        defer { listener.close() }
+        var calls = 0, failuresLeft = 3
+        let real = listener.acceptNext
+        listener.acceptNext = { l in
+            calls += 1
+            if failuresLeft > 0 {
+                failuresLeft -= 1
+                return .outOfResources
+            }
+            return real(l)
+        }
+        let port = try #require(listener.endpoint?.port)
+        let client = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        try #require(client >= 0)
+        defer { close(client) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = port.bigEndian
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(client, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        try #require(connected == 0)
+
+        loop.runTurn()
+        #expect(calls == 1 && listener.acceptBackoffs == 1)
+        // Rests 100 ms, then 200, then 400: the listener stays readable, and no turn looks at it.
+        for (rest, callsAfter) in [(Duration.milliseconds(100), 2), (.milliseconds(200), 3), (.milliseconds(400), 4)] {
+            for _ in 0..<10 { loop.advance(by: rest / 20) }
+            #expect(calls == callsAfter - 1, "looked at while resting")
+            loop.advance(by: rest / 2)
+            #expect(calls >= callsAfter)
+        }
+        #expect(listener.acceptBackoffs == 3)
+        #expect(accepted.count == 1, "the waiting client was taken once a descriptor was there")
+        for c in accepted { c.close() }
+        // A client taken resets the rest: the next shortage rests 100 ms again.
+        failuresLeft = 1
+        let again = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        defer { close(again) }
+        _ = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(again, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        let before = calls
+        loop.runTurn()
+        #expect(calls == before + 1)
+        loop.advance(by: .milliseconds(99))
+        #expect(calls == before + 1)
+        loop.advance(by: .milliseconds(1))
+        #expect(accepted.count == 2)
     }
 }

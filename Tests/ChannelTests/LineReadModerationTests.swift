@@ -238,91 +238,81 @@ import Wire
         #expect(m.settings.holdOff == .zero)
     }
 
-    /// The session on a real pty: a peer writing steadily at 3 MB/s is read on the clock, every
-    /// byte arrives, and with the clock off it is read on every arrival. With a simulated loss
-    /// of 90% of the frames (`--frame-loss`), the frames it took out still count: the clock
-    /// sees the line as busy as it is (it counted only the 10% left, under its band, before).
+    /// The session on a real pty and a loop on virtual time: a peer writing steadily at
+    /// 3 MB/s is read on the clock, every byte arrives, and with the clock off it is read on
+    /// every arrival. With a simulated loss of 90% of the frames (`--frame-loss`), the frames it
+    /// took out still count: the clock sees the line as busy as it is (it counted only the 10%
+    /// left, under its band, before). Time moves only between the peer's writes, after the
+    /// kernel has put each on the line, so every arrival is where the writer put it.
     @Test(arguments: [(true, 0.0), (false, 0.0), (true, 0.9)])
     func aSessionReadsABusyPtyOnTheClockAndLosesNothing(moderated: Bool, frameLoss: Double) async throws {
         let line = try SerialLine(ptyLinkedAt: nil)
         defer { line.close() }
         let path = try #require(line.peerPath)
-        let peer = open(path, O_RDWR | O_NOCTTY | O_CLOEXEC)
+        let peer = open(path, O_RDWR | O_NOCTTY | O_CLOEXEC | O_NONBLOCK)
         try #require(peer >= 0)
         defer { close(peer) }
         var t = termios()
         tcgetattr(peer, &t)
         cfmakeraw(&t)
         tcsetattr(peer, TCSANOW, &t)
-        let loop = try EventLoop()
-        try loop.startThread()
-        defer { loop.stop() }
+        // No thread runs this loop: the test's own (off the runner's pool) owns it and moves
+        // its time.
+        let loop = try EventLoop(clock: VirtualClock())
         let session = LinkSession(line: line, link: PPPLink(configuration: .terminal(), random: SplitMix64(seed: 1)), frameLoss: frameLoss) { _ in }
         session.readModeration = moderated ? .standard : .off
 
         struct Outcome { var started: String?; var written = 0; var read = 0; var counters = LineQueueCounters() }
-        // Blocking work (the loop's `sync`, the paced writer) stays off the test runner's pool.
         let r = await offThePool { () -> Outcome in
             var o = Outcome()
-            o.started = loop.sync { () -> String? in
-                do { try session.start(on: loop); return nil } catch { return "\(error)" }
+            do { try session.start(on: loop) } catch { o.started = "\(error)"; return o }
+            defer {
+                session.forceDown()
+                loop.advance(by: .seconds(10))
             }
-            guard o.started == nil else { return o }
-            defer { loop.sync { session.forceDown() } }
-            // 1000-byte frames that never check out (their FCS is wrong), 3,000 a second: the
-            // decoder counts each, and drops it. For 0.3 s, and with the clock on until it took
-            // over (a loaded machine may oversleep the writer past a steady window for a while;
-            // 5 s at most).
+            // 1000-byte frames that never check out (their FCS is wrong), one every 333 µs
+            // (3 MB/s): the decoder counts each, and drops it.
             var frame = [UInt8](repeating: 0x55, count: 1000)
             frame[0] = 0x7E
-            let chunk = Array([[UInt8]](repeating: frame, count: 64).joined())
-            let rate = 3_000_000.0
-            let begin = monotonicNow()
-            var checked = begin
-            // Once the clock took over, the writer goes on until it stayed on the clock (more
-            // reads on it than busy periods: a loaded machine may drop off the clock and take
-            // it again), 1 s at most: a line this busy keeps it reading. (While lost frames went uncounted, it gave up at its first read, every
-            // time.)
-            var engaged: Instant?
-            while true {
-                let now = monotonicNow()
-                let elapsed = Double((now - begin).nanoseconds) / 1e9
-                if elapsed >= 5 { break }
-                if let engaged, now - engaged >= .seconds(1) { break }
-                if elapsed >= 0.3 {
-                    guard moderated else { break }
-                    if now - checked >= .milliseconds(20) {
-                        checked = now
-                        let c = loop.sync { session.lineQueue }
-                        if engaged == nil, c.busyPeriods > 0 { engaged = now }
-                        if c.busyPeriods > 0, c.clockedReads > c.busyPeriods { break }
+            var pending: [UInt8] = []
+            /// The peer writes what it has (and `more`), the kernel puts it on the line (a real
+            /// pty's transfer is not instant: waited for, it is the kernel's, not ours), then
+            /// the loop's time moves one frame's worth.
+            func step(_ more: [UInt8]) {
+                pending += more
+                if !pending.isEmpty {
+                    let n = pending.withUnsafeBytes { write(peer, $0.baseAddress, $0.count) }
+                    if n > 0 {
+                        o.written += n
+                        pending.removeFirst(n)
+                        var ready = pollfd(fd: line.descriptor, events: Int16(POLLIN), revents: 0)
+                        _ = poll(&ready, 1, 2_000)
                     }
                 }
-                // Paced by the clock, so a late wakeup catches up instead of slowing the rate.
-                let due = min(Int(rate * elapsed) - o.written, chunk.count)
-                if due > 0 {
-                    let n = chunk.withUnsafeBytes { write(peer, $0.baseAddress, due) }
-                    if n > 0 { o.written += n }
-                }
-                usleep(500)
+                loop.advance(by: .microseconds(333))
             }
-            let deadline = monotonicNow() + .seconds(10)
-            while monotonicNow() < deadline {
-                o.read = loop.sync { session.lineBytesIn }
-                if o.read == o.written { break }
-                usleep(10_000)
+            // Half a second of writing: more than the clock's window (4 ms) many times over.
+            for _ in 0..<1_500 { step(frame) }
+            for _ in 0..<20_000 {
+                o.read = session.lineBytesIn
+                if pending.isEmpty && o.read == o.written { break }
+                step([])
             }
             // A read on the clock the last arrival may have scheduled (2 ms) is made.
-            usleep(50_000)
-            o.counters = loop.sync { session.lineQueue }
+            loop.advance(by: .milliseconds(50))
+            o.read = session.lineBytesIn
+            o.counters = session.lineQueue
             return o
         }
         #expect(r.started == nil)
-        #expect(r.written > 100_000)
+        #expect(r.written == 1_500_000)
         #expect(r.read == r.written)
         if moderated {
             #expect(r.counters.busyPeriods >= 1, "\(r.counters)")
             #expect(r.counters.clockedReads > r.counters.busyPeriods, "\(r.counters)")
+            // A line this busy stays on the clock once it took it: a read every 2 ms for most of
+            // the half second.
+            #expect(r.counters.clockedReads >= 150, "\(r.counters)")
         } else {
             #expect(r.counters.busyPeriods == 0)
             #expect(r.counters.clockedReads == 0)

@@ -48,8 +48,9 @@ import Testing
         let filtered = Task { try await world.reader.discoverReaders(.init(method: .scan(timeout: 0), allowedPeripheralUUIDs: [farUUID]), pattern: pattern) }
         #expect(await world.eventually("the filtered reader") { !world.recorder.discovered.value.isEmpty })
         #expect(world.recorder.discovered.value.allSatisfy { $0.map(\.serialNumber) == ["SIM-00000003"] })
-        // Timeout 0 runs until cancelled; a second discovery meanwhile is busy and changes nothing.
-        try await Task.sleep(for: .milliseconds(1500))
+        // Timeout 0 runs until cancelled (a minute on, it still runs); a second discovery
+        // meanwhile is busy and changes nothing.
+        await world.leap(.seconds(60))
         do {
             try await world.reader.discoverReaders(.init(method: .proximity), pattern: pattern)
             Issue.record("a second discovery ran")
@@ -68,7 +69,7 @@ import Testing
         let reports = world.recorder.discovered.value
         #expect(reports.allSatisfy { $0.count == 1 && $0[0].serialNumber == "SIM-00000002" })
         #expect(reports.first?.first?.batteryLevel == nil && reports.last?.first?.batteryLevel == 0.82)
-        try await Task.sleep(for: .milliseconds(600))
+        await world.leap(.seconds(30))
         #expect(world.recorder.discovered.value.count == 2, "never reported again")
         // Connecting to it completes the discovery with that reader.
         let chosen = try #require(reports.last?.first)

@@ -263,7 +263,8 @@ import Testing
         // Stays down: the episode times out, once.
         #expect(try world.command(["cmd": "dropLink", "mode": "rst"])["ok"]?.bool == true)
         #expect(await world.eventually("reconnect failed") { world.recorder.count("didFailReconnect") == 1 })
-        try await Task.sleep(for: .milliseconds(500))
+        // A minute on: no second episode starts by itself.
+        await world.leap(.seconds(60))
         #expect(world.recorder.count("didStartReconnect") == 1 && world.recorder.count("didFailReconnect") == 1)
         #expect(world.recorder.count("didSucceedReconnect") == 0)
         #expect(!world.reader.isConnected)
@@ -274,7 +275,9 @@ import Testing
         world.recorder.cancelReconnect = true
         #expect(try world.command(["cmd": "dropLink", "mode": "rst", "downFor": 1])["ok"]?.bool == true)
         #expect(await world.eventually("reconnect canceled") { world.recorder.count("didFailReconnect") == 2 })
-        try await Task.sleep(for: .seconds(2))
+        // The terminal is back after its second; a minute on, the canceled episode has not
+        // resumed.
+        await world.leap(.seconds(60))
         #expect(world.recorder.count("didStartReconnect") == 2 && world.recorder.count("didFailReconnect") == 2)
         #expect(world.recorder.count("didSucceedReconnect") == 0)
         await world.shutdown()
@@ -304,14 +307,16 @@ import Testing
         #expect(try world.command(["cmd": "dropLink", "mode": "silent", "downFor": 600])["ok"]?.bool == true)
         let connecting = Task { try await world.reader.connect(path: world.linkPath, configuration: world.configuration) }
         #expect(await world.eventually("connecting") { world.reader.state == .connecting })
-        try await Task.sleep(for: .milliseconds(200))
+        // Some way into the connect: its retries and LCP restarts for the next second have run.
+        await world.leap(.seconds(1))
         world.reader.cancel()
         do {
             try await connecting.value
             Issue.record("a cancelled connect completed")
         } catch { #expect((error as? PaymentError)?.code == .canceled) }
         #expect(world.reader.state == .failed(.canceled))
-        try await Task.sleep(for: .milliseconds(300))
+        // Every retry the connect had pending would have fired within ten seconds.
+        await world.leap(.seconds(10))
         #expect(!world.reader.isConnected, "nothing adopted after the cancel")
         // Powered on again, the terminal takes a new connect.
         #expect(try world.command(["cmd": "powerOn"])["ok"]?.bool == true)
@@ -325,7 +330,8 @@ import Testing
         try await world.connect()
         try await world.reader.rebootReader()
         #expect(await world.eventually("disconnect") { world.recorder.count("didDisconnect rebootRequested") == 1 })
-        try await Task.sleep(for: .seconds(1))
+        // The terminal is back after its boot; a minute on, still no reconnect.
+        await world.leap(.seconds(60))
         #expect(world.recorder.count("didStartReconnect") == 0)
         #expect(!world.reader.isConnected)
         // Reachable again after the reboot: the app reconnects itself.
@@ -427,8 +433,9 @@ import Testing
             }
         }
         #expect(await world.eventually("the fifth silent connection is reset") { ended.value == 1 })
-        // The other four wait (for their first message, up to ten seconds).
-        try await Task.sleep(for: .milliseconds(300))
+        // The other four wait (for their first message, up to ten seconds): nine seconds on, not
+        // one more is reset.
+        await world.leap(.seconds(9))
         #expect(ended.value == 1)
         #expect(world.terminal.report().contains { $0.contains("second connections refused 2, reset 1") }, "\(world.terminal.report())")
         await world.loop.perform { for s in silent.value { s.close(reset: true) } }

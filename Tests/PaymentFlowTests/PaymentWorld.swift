@@ -21,6 +21,9 @@ final class PaymentWorld: @unchecked Sendable {
     /// The terminal's own loop: it is another device, and the SDK's delegate may ask it
     /// things (its display) while the SDK's loop waits.
     let terminalLoop: EventLoop
+    /// Both loops' time: real, and moved ahead at once where a test shows that nothing
+    /// happens for a while (`leap`), so no test waits for our own timers.
+    let clock = LeapingClock()
     let reader: PaymentReader
     let recorder = Recorder()
     let signingKey: [UInt8]
@@ -44,9 +47,9 @@ final class PaymentWorld: @unchecked Sendable {
         linkPath = directory + "/SIM-00000001"
         pcapPath = directory + "/session.pcap"
         signingKey = try SecureBytes.random(32)
-        loop = try EventLoop()
+        loop = try EventLoop(clock: clock)
         try loop.startThread()
-        terminalLoop = try EventLoop()
+        terminalLoop = try EventLoop(clock: clock)
         try terminalLoop.startThread()
         reader = PaymentReader(loop: loop)
         var gatewayConfig = GatewayCore.Configuration.testKeys
@@ -148,6 +151,19 @@ final class PaymentWorld: @unchecked Sendable {
         if condition() { return true }
         Issue.record("timed out waiting for \(what)")
         return false
+    }
+
+    /// Moves both loops' time ahead by `duration` and returns once each has taken the turns
+    /// that fell due: every timer of the SDK, the terminal and their links within that time
+    /// has fired (and what it did on its own loop is done) when this returns.
+    func leap(_ duration: Duration) async {
+        clock.leap(by: duration)
+        // Three rounds: posted work runs before a turn's timers, and a timer may put work off
+        // to the next turn.
+        for _ in 0..<3 {
+            await loop.perform {}
+            await terminalLoop.perform {}
+        }
     }
 
     /// Disconnects and stops everything; the capture stays readable until `removeFiles`.
