@@ -56,8 +56,12 @@ let package = Package(
         // pb_service_* calls open.
         .target(name: "Service", dependencies: ["Channel", "NetStack", "PPP", "Framing", "Capture", "Crypto"]),
 
+        // Many simulated terminals in one process (`pppbridge simulate`): what the scale
+        // benchmark and the fault soak run `serve` against.
+        .target(name: "Simulation", dependencies: ["Channel", "NetStack", "PPP"]),
+
         // The command-line tool: its commands live in a library so tests can drive them.
-        .target(name: "PPPBridgeCLI", dependencies: ["Framing", "PPP", "NetStack", "Capture", "Channel", "Crypto", "Payment", "PaymentKit", "Service"]),
+        .target(name: "PPPBridgeCLI", dependencies: ["Framing", "PPP", "NetStack", "Capture", "Channel", "Crypto", "Payment", "PaymentKit", "Service", "Simulation"]),
         .executableTarget(name: "pppbridge", dependencies: ["PPPBridgeCLI"]),
 
         // Benchmarks against a plain C implementation of RFC 1662's byte loop.
@@ -99,7 +103,7 @@ let package = Package(
         // The payment layer end to end: terminal simulator on a pty, our PPP link and stack, the
         // channel's bridge and SOCKS proxy, the gateway server, the host SDK.
         .testTarget(name: "PaymentFlowTests", dependencies: ["PaymentKit", "Payment", "Channel", "NetStack", "Crypto", "ChannelTestSupport"]),
-        .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Service", "Capture", "Channel", "Payment"]),
+        .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Service", "Capture", "Channel", "Payment", "Simulation", "ChannelTestSupport"]),
         // Real peers: Debian's pppd in a QEMU VM (Tools/vmpeer) against the built `pppbridge`.
         .testTarget(name: "InteropTests", dependencies: ["pppbridge", "Crypto", "Channel", "NetStack", "ChannelTestSupport"]),
     ],

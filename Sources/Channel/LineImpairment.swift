@@ -1,3 +1,4 @@
+import Glibc
 import NetStack
 
 /// Seeded frame loss on a byte stream, for testing recovery against real peers: each frame
@@ -41,5 +42,45 @@ public struct FrameDropper: Sendable {
             counted = true
             framesDropped += 1
         }
+    }
+}
+
+/// Seeded bit errors on the bytes written to a line, for a simulated noisy line: each bit is
+/// flipped with probability `bitErrorRate`. The gaps between errors are drawn from the
+/// geometric distribution, so the cost is per error, not per bit. The peer's FCS check
+/// (RFC 1662 §C) is what has to catch them.
+public struct LineNoise: Sendable {
+    public let bitErrorRate: Double
+    private var rng: SplitMix64
+    private var bitsToNextError = Int.max / 2
+    /// Bits flipped so far.
+    public private(set) var bitsFlipped = 0
+
+    /// A rate outside 0...1 (or not a number) is clamped: 0 is a clean line.
+    public init(bitErrorRate: Double, seed: UInt64) {
+        self.bitErrorRate = bitErrorRate.isNaN ? 0 : min(max(bitErrorRate, 0), 1)
+        rng = SplitMix64(seed: seed)
+        bitsToNextError = nextGap()
+    }
+
+    private mutating func nextGap() -> Int {
+        guard bitErrorRate > 0 else { return Int.max / 2 }
+        guard bitErrorRate < 1 else { return 0 }
+        // u in (0, 1]: the number of clean bits before the next error.
+        let u = (Double(rng.next() >> 11) + 1) / Double(UInt64(1) << 53)
+        let gap = (log(u) / log1p(-bitErrorRate)).rounded(.down)
+        return gap >= Double(Int.max / 4) ? Int.max / 4 : Int(gap)
+    }
+
+    /// Flips the bits due in `bytes`; the count of clean bits carries over to the next call.
+    public mutating func apply(_ bytes: inout [UInt8]) {
+        let total = bytes.count * 8
+        var bit = bitsToNextError
+        while bit < total {
+            bytes[bit >> 3] ^= UInt8(1) << UInt8(bit & 7)
+            bitsFlipped += 1
+            bit += 1 + nextGap()
+        }
+        bitsToNextError = bit - total
     }
 }

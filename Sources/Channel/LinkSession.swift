@@ -38,6 +38,9 @@ public final class LinkSession: LoopClient {
     public let attachment: NetworkAttachment?
     /// Seeded frame loss on the line, both ways, for recovery tests against real peers.
     private var inboundLoss: FrameDropper?
+    /// Bit errors on what this session writes to its line (a simulated terminal's noisy
+    /// line); nil on every real link.
+    public var lineNoise: LineNoise?
     private var outboundLoss: FrameDropper?
     /// Whether the two above are set: a constant, asked on every read and every packet without
     /// the runtime's exclusivity check that looking at an optional property costs.
@@ -527,7 +530,14 @@ public final class LinkSession: LoopClient {
                 // The slice is let go before `written` changes the queue (no copy of it).
                 let chunk = output.next
                 offered = chunk.count
-                n = try writeSome(line.descriptor, chunk)
+                if lineNoise == nil {
+                    n = try writeSome(line.descriptor, chunk)
+                } else {
+                    // A simulated noisy line: what the peer reads, not what we keep, is hit.
+                    var noisy = Array(chunk)
+                    lineNoise!.apply(&noisy)
+                    n = try writeSome(line.descriptor, noisy[...])
+                }
                 if n > 0 { record?.record(.sent, Array(chunk.prefix(n)), elapsedTenths: tenths(now)) }
             } catch {
                 // The line is gone; what was pending cannot be delivered.

@@ -51,6 +51,7 @@ public final class SimulatedTerminal: @unchecked Sendable {
             case let .ipcpOpened(r):
                 self.result = r
                 self.wakeUpWaiters(r)
+                self.onUp?(r)
             default: break
             }
         }
@@ -74,6 +75,8 @@ public final class SimulatedTerminal: @unchecked Sendable {
 
     /// Called on the loop when the link goes down (the peer closed it, the line hung up).
     public var onDown: ((LinkDownReason) -> Void)?
+    /// Called on the loop when IPCP opens (the addresses are settled).
+    public var onUp: ((IPCPResult) -> Void)?
 
     deinit {
         let session = self.session
@@ -208,6 +211,16 @@ public final class SimulatedTerminal: @unchecked Sendable {
     public func freeze() {
         loop.sync { session.forceDown() }
     }
+
+    /// Bit errors on everything the terminal writes to its line from now on (nil: a clean
+    /// line again). Loop thread.
+    public var lineNoise: LineNoise? {
+        get { session.lineNoise }
+        set { session.lineNoise = newValue }
+    }
+
+    /// The link is up (IPCP opened and not down since). Loop thread.
+    public var isUp: Bool { result != nil && down == nil }
 }
 
 /// Scripted client connections on the terminal's stack.

@@ -28,6 +28,8 @@ public struct CommandLineTool {
       serve         many terminals in one process from a directory of configuration files,
                     with a control socket, metrics and the service manager's notifications
       ctl           talk to `serve`'s control socket: list, status, add-bridge, events ...
+      simulate      many simulated terminals on ptys in one process (for `serve`'s scale and
+                    fault tests)
       decode FILE   print every PPP frame of a capture (pcap link types 1, 9, 50, 204, or a
                     pppd `record` file) in pppd's debug-log style, optionally writing a pcap
 
@@ -58,6 +60,8 @@ public struct CommandLineTool {
                 standardOutput(RunCommand.usage)
             } else if rest.first == "serve" {
                 standardOutput(ServeCommand.usage)
+            } else if rest.first == "simulate" {
+                standardOutput(SimulateCommand.usage)
             } else if rest.first == "ctl" {
                 standardOutput(CtlCommand.usage)
             } else if rest.first == "pay" || rest.first == "refund" {
@@ -82,6 +86,8 @@ public struct CommandLineTool {
             return RunCommand(output: standardOutput, error: standardError).run(rest)
         case "serve":
             return ServeCommand(output: standardOutput, error: standardError).run(rest)
+        case "simulate":
+            return SimulateCommand(output: standardOutput, error: standardError).run(rest)
         case "ctl":
             return CtlCommand(output: standardOutput, error: standardError).run(rest)
         case "pay":

@@ -8,7 +8,7 @@ import Payment
 import PaymentKit
 
 /// Runs `body` on a fresh loop thread and waits for SIGINT/SIGTERM; `stop` runs after.
-private func serveUntilSignalled(_ name: String, error: @escaping (String) -> Void, _ start: (EventLoop) throws -> Void,
+func serveUntilSignalled(_ name: String, error: @escaping (String) -> Void, _ start: (EventLoop) throws -> Void,
                                  tick: (() -> Void)? = nil, stop: @escaping @Sendable () async -> Void) -> Int32 {
     let loop: EventLoop
     do {

@@ -10,8 +10,10 @@ import NetStack
 /// parser, so the checks and their messages are the same; each message says the file and line.
 public struct TerminalFile {
     /// Terminals per `serve` (each file is one; the directory is the administrator's, but a
-    /// runaway script filling it must not exhaust the process's descriptors).
-    static let maximumTerminals = 256
+    /// runaway script filling it must not exhaust the process's descriptors). 4,096: the
+    /// kernel's default number of ptys, and a line, a listener and a few clients each fit the
+    /// unit's descriptor limit (65,536).
+    static let maximumTerminals = 4_096
     /// A configuration file is a few lines; one larger than this is refused unread.
     static let maximumSize = 65_536
     static let suffix = ".conf"

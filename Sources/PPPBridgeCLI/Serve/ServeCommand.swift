@@ -23,7 +23,7 @@ struct ServeCommand {
     override the defaults below for that terminal. Files added, changed or removed take effect
     at once (inotify; SIGHUP or `ctl reload` read DIR again); a bad file is reported and leaves
     the other terminals, and its own running one, alone. NAME is letters, digits, - _ and .
-    (at most 64), and at most 256 terminals are served.
+    (at most 64), and at most 4,096 terminals are served.
 
     A device that is not there is waited for (inotify on its directory, no polling). A link
     that ends is opened again after the holdoff; when its device went away (a USB unplug, a
