@@ -54,7 +54,7 @@ let package = Package(
         // Many terminals from a configuration directory: the supervisor, the control protocol,
         // metrics and the service manager's notifications; what `serve` runs and the C API's
         // pb_service_* calls open.
-        .target(name: "Service", dependencies: ["Channel", "NetStack", "PPP", "Framing", "Capture", "Crypto"]),
+        .target(name: "Service", dependencies: ["CSystem", "Channel", "NetStack", "PPP", "Framing", "Capture", "Crypto"]),
 
         // Many simulated terminals in one process (`pppbridge simulate`): what the scale
         // benchmark and the fault soak run `serve` against.

@@ -12,6 +12,8 @@ int posix_openpt(int flags);
 int grantpt(int fd);
 int unlockpt(int fd);
 int ptsname_r(int fd, char *buf, size_t buflen);
+/* glibc: gives the heap's free pages back to the kernel (a service after its load went). */
+int malloc_trim(size_t pad);
 
 /* TUN devices and interface addresses (what pppd's sys-linux.c does with ioctls), kept in C
    because struct ifreq is a union Swift cannot fill conveniently. */

@@ -73,6 +73,10 @@ final class ServedTerminal {
     /// inode number is reused at once too; the change time tells a new link.) A serial device
     /// that hangs up is opened again after the holdoff, as pppd does.
     var staleLink: LinkStamp?
+    /// The link as it was when the line was opened: the one a hang-up makes stale. (Stamped at
+    /// the hang-up instead, a link its program had already made again, at once and to the
+    /// same pty number, would be taken for the stale one, and never opened.)
+    private var openedLink: LinkStamp?
 
     /// This terminal's part of the process's descriptors (its bridges', proxy's and DNS
     /// relay's host sockets draw on it).
@@ -150,6 +154,7 @@ final class ServedTerminal {
         switch action {
         case .openLink:
             heldLine = LineIdentity(path: file.device)
+            openedLink = LinkStamp(path: file.device)
             linkCounted = false
             // A line that cannot be opened is reported by the closed event (handled below).
             try? channel.start()
@@ -212,7 +217,7 @@ final class ServedTerminal {
             linkCounted = true
         }
         publish(.closed(terminal: name, reason))
-        if reason == .lineHangUp, heldLine?.isPseudoTerminal == true { staleLink = LinkStamp(path: file.device) }
+        if reason == .lineHangUp, heldLine?.isPseudoTerminal == true { staleLink = openedLink }
         let held = heldLine != nil
         heldLine = nil
         tell(.linkClosed)

@@ -1,4 +1,5 @@
 import Channel
+import CSystem
 import Foundation
 import Glibc
 import NetStack
@@ -82,13 +83,17 @@ final class Service {
         for name in Array(pending.keys) where files[name] == nil { pending[name] = nil }
         // Running terminals keep their places; new ones are taken while there is room.
         var overLimit = 0
+        // Counted once and kept up as files are taken: a pass per file would make a scan of
+        // thousands of files cost millions of steps.
+        var serving = terminals.values.filter { !$0.retired }.count + pending.keys.filter { terminal($0) == nil }.count
         for name in files.keys.sorted(by: { (terminal($0) != nil ? 0 : 1, $0) < (terminal($1) != nil ? 0 : 1, $1) }) {
-            let serving = terminals.values.filter { !$0.retired }.count + pending.keys.filter { terminal($0) == nil }.count
-            if terminal(name) == nil && pending[name] == nil && serving >= TerminalFile.maximumTerminals {
+            let isNew = terminal(name) == nil && pending[name] == nil
+            if isNew && serving >= TerminalFile.maximumTerminals {
                 overLimit += 1
                 continue
             }
             if let path = files[name] { load(name: name, path: path) }
+            if isNew && (terminal(name) != nil || pending[name] != nil) { serving += 1 }
         }
         if overLimit > 0 && overLimit != filesOverLimit {
             complain("pppbridge serve: \(overLimit) configuration files beyond \(TerminalFile.maximumTerminals) terminals left out")
@@ -164,8 +169,24 @@ final class Service {
             self.updateReserve()
             if announce { self.publish(.configuration(terminal: name, added: false)) }
             self.startPending(name, after: t)
+            self.scheduleMemoryRelease()
             // A file refused for this terminal's device may take it now.
             if !self.conflicts.isEmpty { self.scheduleScan() }
+        }
+    }
+
+    private var memoryReleaseScheduled = false
+
+    /// A while after terminals went (or links closed), the heap's free pages go back to the
+    /// kernel: what a burst of traffic or a thousand links took is not kept for good by the
+    /// allocator. At most once every two seconds; a pass over the heap costs about a
+    /// millisecond for a few hundred megabytes.
+    func scheduleMemoryRelease() {
+        guard !memoryReleaseScheduled else { return }
+        memoryReleaseScheduled = true
+        loop.schedule(at: loop.now + .seconds(2)) { [weak self] in
+            self?.memoryReleaseScheduled = false
+            _ = malloc_trim(0)
         }
     }
 
@@ -195,6 +216,7 @@ final class Service {
             scheduleRewatch()
         case let .closed(name, reason):
             say("\(name): closed: \(reason)")
+            scheduleMemoryRelease()
         case let .waiting(name, device):
             say("\(name): waiting for \(device)")
             rewatch()

@@ -108,6 +108,13 @@ final class FarmTerminal {
         incarnation = nil
         line?.close()
         line = nil
+        // Back at once: the new device is there before the host has read the hang-up (a
+        // terminal's program restarting fast).
+        guard downFor > .zero else {
+            heldDown = false
+            makeDevice()
+            return boot()
+        }
         faultTimer = loop.schedule(at: loop.now + downFor) { [weak self] in
             guard let self else { return }
             self.faultTimer = nil
