@@ -85,4 +85,30 @@ extension EventLoop {
         }
         return box.result!
     }
+    /// Returns once the loop has taken a whole turn that began after this call: the timers and
+    /// clients due at that turn's instant have run. What a test waits for after moving a
+    /// `LeapingClock`: `perform {}` alone can return before them, since a turn runs what was
+    /// posted before its timers and clients, and a turn that was already under way when the
+    /// clock moved read the time before it did. At once when no thread runs the loop.
+    public func fullTurn() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            // The posted closure runs in some turn N; the turn after it (N + 1) read the time
+            // after this call; its put-off work runs before its timers, so a second put-off
+            // (run in N + 2) is what follows all of N + 1.
+            let posted = postWhileRunning { [unowned self] in
+                self.nextTurn { self.nextTurn { c.resume() } }
+            }
+            if !posted { c.resume() }
+        }
+    }
+
+    /// `fullTurn()` for a thread that may block (never a cooperative one): waits on a
+    /// semaphore.
+    public func waitForFullTurn() {
+        let done = DispatchSemaphore(value: 0)
+        let posted = postWhileRunning { [unowned self] in
+            self.nextTurn { self.nextTurn { done.signal() } }
+        }
+        if posted { done.wait() }
+    }
 }

@@ -318,7 +318,7 @@ public final class StackAttachment: NetworkAttachment {
                      "stack: SYNs reset at a listener's limit \(counters.tcpListenRefused), dropped with the backlog or table full \(counters.tcpListenDrops)"]
         for id in stack.connectionIDs {
             if let c = stack.connection(id) {
-                lines.append("stack: \(id) \(c.local) <-> \(c.remote) \(c.state.rawValue) in \(c.counters.bytesReceived) out \(c.counters.bytesSent) retrans \(c.counters.retransmittedSegments)")
+                lines.append("stack: \(id) \(c.local) <-> \(c.remote) \(c.state.rawValue) in \(c.counters.bytesReceived) out \(c.counters.bytesSent) retrans \(c.counters.retransmittedSegments) unread \(c.readableBytes)")
             }
         }
         for a in applications { lines += a.report() }

@@ -646,9 +646,10 @@ extension BoundsTests {
             var queued = channel.status.lineQueue.queued
             for _ in 0..<2 {
                 clock.leap(by: .seconds(1))
-                // The turn after the leap took the echo timer (and wrote what the pty holds).
-                loop.sync {}
-                loop.sync {}
+                // A whole turn after the leap took the echo timer (and wrote what the pty
+                // holds); two posted calls could both run in a turn that read the time before
+                // the leap, and the next leap then came before the echo's new deadline.
+                loop.waitForFullTurn()
                 terminal.turn(reading: false)
                 queued = min(queued, channel.status.lineQueue.queued)
             }

@@ -129,23 +129,31 @@ struct ChannelTests {
         try rig.channel.addBridge(.terminalToHost, port: hostPort)
         let total = 16 << 20
         let transfer = Task { await rig.terminal.transfer(to: TCPEndpoint(a.ip, hostPort), payload: Host.random(total, seed: 9)) }
-        // What our stack took in from the terminal on that connection (its `in` counter).
-        func takenIn() -> Int? {
+        // What our stack took in from the terminal on that connection (its `in` counter), and
+        // what of it waits unread in our receive buffer (its `unread`).
+        func connection() -> (taken: Int, unread: Int)? {
             rig.channel.report().first { $0.contains(":\(hostPort) <-> ") }.flatMap { line in
                 let words = line.split(separator: " ")
-                return words.firstIndex(of: "in").flatMap { Int(words[$0 + 1]) }
+                guard let i = words.firstIndex(of: "in"), let u = words.firstIndex(of: "unread"), i + 1 < words.count, u + 1 < words.count,
+                      let taken = Int(words[i + 1]), let unread = Int(words[u + 1]) else { return nil }
+                return (taken, unread)
             }
         }
-        // Wait until the terminal is stalled: nothing more taken in for a second.
-        var last = -1, second = 0, stalled = false
-        for _ in 0..<60 {
-            try await Task.sleep(for: .seconds(1))
-            second = takenIn() ?? 0
-            if second == last { stalled = true; break }
-            last = second
+        // The terminal is stalled when our receive buffer is full (the window it sees is
+        // closed, less than a segment left): the relay stopped reading it because the host's
+        // socket took no more.
+        let full = TCPConfiguration().receiveBufferSize - 2 * 1460
+        var second = 0, stalled = false
+        for _ in 0..<3_000 {
+            if let c = connection(), c.unread >= full {
+                second = c.taken
+                stalled = true
+                break
+            }
+            try await Task.sleep(for: .milliseconds(20))
         }
         let toHost = rig.channel.bridgeStatus[0].traffic.bytesToHost
-        #expect(stalled, "still taking bytes in after a minute: \(second)")
+        #expect(stalled, "our receive buffer never filled: \(String(describing: connection()))")
         // The host's socket buffers are full; beyond them we hold at most one relay chunk and
         // our receive buffer: the terminal is held by a closed window, not by our memory.
         #expect(second - toHost <= 65536 + TCPConfiguration().receiveBufferSize, "in \(second), to host \(toHost)")

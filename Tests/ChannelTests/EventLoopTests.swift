@@ -251,12 +251,9 @@ private final class CountingClient: LoopClient {
         let before = clock.now
         clock.leap(by: .seconds(60))
         #expect(clock.now - before >= .seconds(60))
-        // The leap wakes both loops; the timers due run in the turn after, before the second
-        // round trip's work.
-        for _ in 0..<2 {
-            await first.perform {}
-            await second.perform {}
-        }
+        // The leap wakes both loops; the timers due run in a turn that read the time after it.
+        await first.fullTurn()
+        await second.fullTurn()
         #expect(fired.value.sorted() == ["first 30 s", "second 45 s"])
         clock.leap(by: .seconds(-100))
         #expect(clock.now - before >= .seconds(60), "never backwards")

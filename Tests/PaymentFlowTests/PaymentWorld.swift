@@ -158,11 +158,11 @@ final class PaymentWorld: @unchecked Sendable {
     /// has fired (and what it did on its own loop is done) when this returns.
     func leap(_ duration: Duration) async {
         clock.leap(by: duration)
-        // Three rounds: posted work runs before a turn's timers, and a timer may put work off
-        // to the next turn.
+        // Three rounds of whole turns: a timer on one loop may post work to the other, or put
+        // work off to the next turn.
         for _ in 0..<3 {
-            await loop.perform {}
-            await terminalLoop.perform {}
+            await loop.fullTurn()
+            await terminalLoop.fullTurn()
         }
     }
 
