@@ -5,7 +5,7 @@ let package = Package(
     name: "pppbridge",
     products: [
         // What terminal-proxy programs link.
-        .library(name: "PPPBridge", targets: ["Framing", "Wire", "PPP", "NetStack", "Capture", "Crypto", "Payment", "Channel", "PaymentKit", "Service"]),
+        .library(name: "PPPBridge", targets: ["Framing", "Wire", "PPP", "NetStack", "RemoteSerial", "Capture", "Crypto", "Payment", "Channel", "PaymentKit", "Service"]),
         // The channel for C and every language that calls C (Sources/PPPBridgeC/include/pppbridge.h).
         .library(name: "PPPBridgeC", type: .dynamic, targets: ["PPPBridgeC"]),
         .executable(name: "pppbridge", targets: ["pppbridge"]),
@@ -19,6 +19,7 @@ let package = Package(
         .executable(name: "pppbridge-fuzz-link", targets: ["FuzzLink"]),
         .executable(name: "pppbridge-fuzz-channel", targets: ["FuzzChannel"]),
         .executable(name: "pppbridge-fuzz-session", targets: ["FuzzReaderSession"]),
+        .executable(name: "pppbridge-fuzz-remote", targets: ["FuzzRemoteSerial"]),
     ],
     targets: [
         // System libraries from Debian (libpcap-dev, libssl-dev).
@@ -33,6 +34,8 @@ let package = Package(
         .target(name: "PPP", dependencies: ["Framing", "Wire", "Crypto"]),
         .target(name: "Wire"),
         .target(name: "NetStack", dependencies: ["Wire"]),
+        // Telnet with COM-PORT-OPTION (RFC 854, RFC 2217): a serial line on a device server.
+        .target(name: "RemoteSerial"),
 
         // Captures in and out (libpcap, pppd record files) and their one-line descriptions.
         .target(name: "Capture", dependencies: ["CPcap", "Framing", "PPP", "Wire"]),
@@ -43,7 +46,7 @@ let package = Package(
         .target(name: "Payment", dependencies: ["Crypto", "Wire"]),
 
         // The only layer that touches the OS: lines, the event loop, signals, captures.
-        .target(name: "Channel", dependencies: ["CSystem", "Framing", "PPP", "NetStack", "Capture", "Crypto"]),
+        .target(name: "Channel", dependencies: ["CSystem", "Framing", "PPP", "NetStack", "RemoteSerial", "Capture", "Crypto"]),
 
         // The payment layer's programs: the terminal simulator, the gateway server, the host SDK.
         .target(name: "PaymentKit", dependencies: ["Payment", "Channel", "NetStack", "PPP", "Crypto"]),
@@ -54,14 +57,14 @@ let package = Package(
         // Many terminals from a configuration directory: the supervisor, the control protocol,
         // metrics and the service manager's notifications; what `serve` runs and the C API's
         // pb_service_* calls open.
-        .target(name: "Service", dependencies: ["CSystem", "Channel", "NetStack", "PPP", "Framing", "Capture", "Crypto"]),
+        .target(name: "Service", dependencies: ["CSystem", "Channel", "NetStack", "PPP", "Framing", "RemoteSerial", "Capture", "Crypto"]),
 
         // Many simulated terminals in one process (`pppbridge simulate`): what the scale
         // benchmark and the fault soak run `serve` against.
         .target(name: "Simulation", dependencies: ["Channel", "NetStack", "PPP"]),
 
         // The command-line tool: its commands live in a library so tests can drive them.
-        .target(name: "PPPBridgeCLI", dependencies: ["Framing", "PPP", "NetStack", "Capture", "Channel", "Crypto", "Payment", "PaymentKit", "Service", "Simulation"]),
+        .target(name: "PPPBridgeCLI", dependencies: ["Framing", "PPP", "NetStack", "RemoteSerial", "Capture", "Channel", "Crypto", "Payment", "PaymentKit", "Service", "Simulation"]),
         .executableTarget(name: "pppbridge", dependencies: ["PPPBridgeCLI"]),
 
         // Benchmarks against a plain C implementation of RFC 1662's byte loop.
@@ -85,6 +88,7 @@ let package = Package(
         .executableTarget(name: "FuzzReaderSession", dependencies: ["Payment", "NetStack", "FuzzSupport"], path: "Tools/Fuzz/ReaderSession"),
         .executableTarget(name: "FuzzChannel", dependencies: ["Channel", "NetStack", "FuzzSupport"], path: "Tools/Fuzz/Channel"),
         .executableTarget(name: "FuzzStreamDecoder", dependencies: ["Framing", "FuzzSupport"], path: "Tools/Fuzz/StreamDecoder"),
+        .executableTarget(name: "FuzzRemoteSerial", dependencies: ["RemoteSerial"], path: "Tools/Fuzz/RemoteSerial"),
         .executableTarget(
             name: "FuzzPacketParsers",
             dependencies: ["Framing", "PPP", "NetStack", "Capture", "FuzzSupport"],
@@ -94,6 +98,7 @@ let package = Package(
         .testTarget(name: "FramingTests", dependencies: ["Framing", "CCarrylessMultiply"]),
         .testTarget(name: "PPPTests", dependencies: ["PPP", "Framing", "NetStack"]),
         .testTarget(name: "NetStackTests", dependencies: ["NetStack"]),
+        .testTarget(name: "RemoteSerialTests", dependencies: ["RemoteSerial"]),
         .testTarget(name: "SimulationTests", dependencies: ["PPP", "NetStack", "Framing", "Crypto"]),
         .testTarget(name: "CaptureTests", dependencies: ["Capture", "Framing", "PPP", "NetStack", "Crypto"]),
         // Host-side helpers (loopback servers and clients) shared by the channel's tests.

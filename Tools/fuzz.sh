@@ -13,7 +13,9 @@
 # link (line bytes through the decoder, LCP, PAP/CHAP, IPCP, VJ into the stack: a whole link),
 # channel (the proxy's SOCKS negotiation and destination policy, the DNS relay's book of queries),
 # messages (the payment reader protocol's frame decoder, JSON parser and message envelope),
-# session (the host's reader session driven by a hostile reader: answers, events, calls, time).
+# session (the host's reader session driven by a hostile reader: answers, events, calls, time),
+# remote (a device server against our RFC 2217 client: telnet commands, options,
+# subnegotiations, the line's bytes, cut into reads anywhere; and network line names).
 # Seeds come from ../shared/traces, made-up sessions (Tools/fuzz_seeds.py) and the committed
 # regression inputs (Tools/Fuzz/regressions/TARGET, replayed by the tests). The stack and link
 # targets fix up checksums, so mutations reach the state machines; each run ends with a
@@ -26,7 +28,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(stream packets stack link channel messages session)
+[ ${#targets[@]} -gt 0 ] || targets=(stream packets stack link channel messages session remote)
 
 # FUZZ_SANITIZE=fuzzer leaves AddressSanitizer out: two to three times the executions a second
 # for a campaign, and Swift's own checks (bounds, overflow, unwraps) still trap. Each set of

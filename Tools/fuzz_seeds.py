@@ -224,6 +224,25 @@ def main():
             count += 1
         open(os.path.join(out, "messages-all"), "wb").write(b"\x07" + b"".join(frames))
         count += 1
+    if target == "remote":
+        # What ser2net 4.3 sent on a real RFC 2217 port (its greeting, then the answers to our
+        # settings), with PPP bytes, an escaped 0xFF, and a carrier seen and lost.
+        iac = lambda *b: bytes([255, *b])
+        sb = lambda code, value: iac(250, 44, code) + value.replace(b"\xff", b"\xff\xff") + iac(240)
+        greeting = iac(251, 3) + iac(253, 3) + iac(251, 1) + iac(254, 1) + iac(253, 0) + iac(251, 0) + iac(253, 44)
+        answers = sb(107, b"\x00") + sb(101, b"\x00\x00\x25\x80") + sb(102, b"\x08") + sb(103, b"\x01") + sb(104, b"\x01") + sb(105, b"\x01")
+        ppp = b"\x7e\xff\xff\x03\xc0\x21\x01\x01\x00\x04\x7d\x23\x7e"
+        sessions = [
+            b"\x60" + greeting + answers + ppp,
+            b"\x07" + greeting + sb(107, b"\x80") + ppp + sb(108, b"") + sb(109, b"") + sb(107, b"\x00"),
+            b"\x21" + iac(254, 0) + iac(252, 0) + iac(253, 44) + b"A\r\x00B\r\n" + iac(241) + iac(246),
+            b"\x02" + iac(250, 44, 101) + b"x" * 100 + iac(240) + ppp,
+            b"\x10" + b"tcp:127.0.0.1:17501",
+            b"\x11" + b"rfc2217:[::ffff:192.0.2.7]:7000",
+        ]
+        for n, session in enumerate(sessions):
+            open(os.path.join(out, f"remote-{n}"), "wb").write(session)
+            count += 1
     if target == "session":
         def rec(op, payload=b""):
             if isinstance(payload, str):

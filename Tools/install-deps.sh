@@ -5,13 +5,13 @@
 #   Tools/install-deps.sh test      the above plus tshark, tcpdump, ppp (pppdump), python3 and
 #                                   iproute2 (network namespaces), curl (through the SOCKS proxy) and
 #                                   strace (no listening socket in `pppbridge pay`), prometheus
-#                                   (promtool checks the service's metrics) and gcc (the C API's
-#                                   example) for the tests
+#                                   (promtool checks the service's metrics), gcc (the C API's
+#                                   example) and ser2net (a serial device server) for the tests
 set -euo pipefail
 
 packages=(libpcap-dev libssl-dev pkg-config)
 if [ "${1:-build}" = test ]; then
-    packages+=(tshark tcpdump ppp python3 iproute2 curl strace prometheus gcc)
+    packages+=(tshark tcpdump ppp python3 iproute2 curl strace prometheus gcc ser2net)
 fi
 
 missing=()

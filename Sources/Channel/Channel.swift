@@ -3,6 +3,7 @@ import Crypto
 import Glibc
 import NetStack
 import PPP
+import RemoteSerial
 
 /// Where the channel's PPP line is.
 public enum ChannelLine: Sendable, Equatable {
@@ -224,6 +225,8 @@ public struct ChannelStatus: Sendable, Equatable {
     public var listenRefusals: Int
     public var opens: Int
     public var lastCloseReason: ChannelCloseReason?
+    /// An `rfc2217:` line's port as the server answered our settings (this link, while it runs).
+    public var comPort: ComPortReport?
 }
 
 /// The ICPPP channel: a PPP link on a line, our TCP/IP stack on it, the bridges, the SOCKS
@@ -621,7 +624,7 @@ public final class Channel: @unchecked Sendable {
                                  framesIn: frames.0, framesOut: frames.1, framesDropped: frames.2,
                                  lineQueue: session?.lineQueue ?? LineQueueCounters(), acceptBackoffs: bridges?.acceptBackoffs ?? 0,
                                  listenRefusals: attachment?.stack?.counters.tcpListenRefused ?? 0, opens: opens,
-                                 lastCloseReason: lastCloseReason)
+                                 lastCloseReason: lastCloseReason, comPort: session?.comPortReport)
         }
     }
 
@@ -629,7 +632,14 @@ public final class Channel: @unchecked Sendable {
     public func report() -> [String] {
         loop.sync {
             guard let attachment, let session else { return ["channel \(state.rawValue)"] }
-            return attachment.report() + [session.lineQueue.description]
+            var lines = attachment.report() + [session.lineQueue.description]
+            if let r = session.comPortReport, let c = session.comPortCounters {
+                lines.append("rfc2217: server reports baud \(r.baudRate.map(String.init) ?? "-") data bits \(r.dataBits.map(String.init) ?? "-") "
+                    + "parity \(r.parity.map(String.init) ?? "-") stop \(r.stopBits.map(String.init) ?? "-") control \(r.control.map(String.init) ?? "-") "
+                    + "modem state \(r.modemState.map { "0x" + String($0, radix: 16) } ?? "-"); options refused \(c.optionsRefused) ignored \(c.optionsIgnored), "
+                    + "subnegotiations too long \(c.subnegotiationsTooLong) ignored \(c.subnegotiationsIgnored), commands ignored \(c.commandsIgnored)")
+            }
+            return lines
         }
     }
 }

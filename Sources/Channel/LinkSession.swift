@@ -4,6 +4,7 @@ import Framing
 import Glibc
 import NetStack
 import PPP
+import RemoteSerial
 
 /// Runs one PPP link over a line on an event loop: reads and writes the line, keeps the
 /// captures, feeds the PPP core the clock, and hands IP to the attachment. The PPP core stays
@@ -168,6 +169,18 @@ public final class LinkSession: LoopClient {
     #endif
     private var packetsIn: [[UInt8]] = []
     private var packetsOut: [[UInt8]] = []
+    /// Telnet's side of an `rfc2217:` line: what the server sends is split from the line's
+    /// bytes, and what we write is escaped (RFC 854, RFC 2217). nil on every other line.
+    private var comPort: ComPortClient?
+    /// Telnet's bytes to write before more of the queue: answers, the port's settings, and
+    /// the escaped part of the queue taken last (at most `telnetChunk` of it, so control frames
+    /// still pass queued data).
+    private var telnetPending: [UInt8] = []
+    private var telnetPendingStart = 0
+    private static let telnetChunk = 4096
+    /// The COM-PORT-OPTION settings the server answered with, for the status.
+    public var comPortReport: ComPortReport? { comPort?.report }
+    public var comPortCounters: ComPortClient.Counters? { comPort?.counters }
 
     public init(line: SerialLine, link: PPPLink, pcap: PcapWriter? = nil, record: PPPDRecordWriter? = nil,
                 attachment: NetworkAttachment? = nil, frameLoss: Double = 0, seed: UInt64 = 1,
@@ -184,6 +197,12 @@ public final class LinkSession: LoopClient {
         self.pcap = pcap
         self.record = record
         self.onEvent = onEvent
+        if let settings = line.comPortSettings {
+            var c = ComPortClient(settings: settings)
+            c.start()
+            c.takeOutput(into: &telnetPending)
+            comPort = c
+        }
     }
 
     /// How long we wait for the Terminate exchange after a close request before giving up on it
@@ -299,7 +318,7 @@ public final class LinkSession: LoopClient {
 
     private func updateInterest() {
         guard let loop else { return }
-        let wantOutput = queuedBytes > 0
+        let wantOutput = queuedBytes > 0 || telnetPendingStart < telnetPending.count
         // Full: a packet or control frames did not fit and were dropped. A queue that merely
         // reached the limit is not: our own sources (TUN, the stack's TCP) fill it to the brim
         // while the line is busy, and pausing then would pause a peer of ours in turn. Reading
@@ -403,24 +422,29 @@ public final class LinkSession: LoopClient {
             } else {
                 guard let n = try readAvailable(line.descriptor, into: &readBuffer) else { return 0 }
                 if n == 0 {
+                    if let remote = line.remote { report("pppbridge: \(remote): the server closed the connection") }
                     link.lineDown(now: now)
                     return 0
                 }
                 count = n
             }
         } catch {
-            // EIO: the other side of a pty went away, or the device vanished.
+            // EIO: the other side of a pty went away, or the device vanished. A network line's
+            // error (refused, reset, timed out) says what happened to its connection.
+            if let remote = line.remote { report("pppbridge: \(remote): \(String(cString: strerror(error.errno)))") }
             link.lineDown(now: now)
             return 0
         }
         line.peerAttached()
         lineBytesIn += count
+        // Over RFC 2217, the line's bytes are what telnet leaves of the read.
+        let data = comPort == nil ? count : telnetReceived(count, now: now)
         guard record != nil || dropsFrames else {
             // The common case: decoded straight from the read buffer.
-            readBuffer.withUnsafeBytes { link.receive(UnsafeRawBufferPointer(rebasing: $0[0..<count]), now: now) }
+            readBuffer.withUnsafeBytes { link.receive(UnsafeRawBufferPointer(rebasing: $0[0..<data]), now: now) }
             return count
         }
-        var chunk = Array(readBuffer[0..<count])
+        var chunk = Array(readBuffer[0..<data])
         record?.record(.received, chunk, elapsedTenths: tenths(now))
         if dropsFrames { chunk = inboundLoss!.filter(chunk) }
         link.receive(chunk, now: now)
@@ -523,6 +547,10 @@ public final class LinkSession: LoopClient {
     /// Writes while the line takes bytes. The record has what was written, in the line's order
     /// (control frames may pass IP frames queued before them).
     private func flushPending(now: Instant) {
+        if comPort != nil {
+            flushTelnet(now: now)
+            return
+        }
         while !output.isEmpty {
             let n: Int
             let offered: Int
@@ -531,12 +559,12 @@ public final class LinkSession: LoopClient {
                 let chunk = output.next
                 offered = chunk.count
                 if lineNoise == nil {
-                    n = try writeSome(line.descriptor, chunk)
+                    n = try writeLine(chunk)
                 } else {
                     // A simulated noisy line: what the peer reads, not what we keep, is hit.
                     var noisy = Array(chunk)
                     lineNoise!.apply(&noisy)
-                    n = try writeSome(line.descriptor, noisy[...])
+                    n = try writeLine(noisy[...])
                 }
                 if n > 0 { record?.record(.sent, Array(chunk.prefix(n)), elapsedTenths: tenths(now)) }
             } catch {
@@ -550,6 +578,77 @@ public final class LinkSession: LoopClient {
             // The kernel took less than offered: the rest waits for EPOLLOUT.
             guard n == offered else { return }
         }
+    }
+
+    /// A write to the line; a socket's never raises SIGPIPE (a program linking us may not
+    /// ignore it, and a device server that went away must end only this link).
+    private func writeLine(_ bytes: ArraySlice<UInt8>) throws(SystemError) -> Int {
+        line.remote == nil ? try writeSome(line.descriptor, bytes) : try HostSocket.send(line.descriptor, bytes)
+    }
+
+    // MARK: RFC 2217
+
+    /// Takes telnet out of `readBuffer[0..<count]`; returns how many of the line's bytes are
+    /// left at its front. Answers are written with the next flush; a carrier lost ends the link.
+    private func telnetReceived(_ count: Int, now: Instant) -> Int {
+        let data = comPort!.receive(&readBuffer, count: count)
+        if comPort!.hasOutput {
+            compactTelnetPending()
+            comPort!.takeOutput(into: &telnetPending)
+        }
+        for e in comPort!.takeEvents() {
+            let name = line.remote.map { "\($0)" } ?? "line"
+            switch e {
+            case .comPortAccepted:
+                report("pppbridge: \(name): COM-PORT-OPTION taken; set \(comPort!.settings.description)")
+            case .comPortRefused:
+                report("pppbridge: \(name): the server refused COM-PORT-OPTION; the port runs as the server has it set")
+            case .carrierLost:
+                report("pppbridge: \(name): the server reports the carrier lost")
+                link.lineDown(now: now)
+            case .outputSuspended:
+                break
+            }
+        }
+        flushTelnet(now: now)
+        return data
+    }
+
+    /// The queue's bytes through telnet: pending telnet bytes first, then the queue a chunk at
+    /// a time, escaped, while the connection takes them and the server has not suspended us.
+    private func flushTelnet(now: Instant) {
+        while true {
+            if telnetPendingStart < telnetPending.count {
+                let n: Int
+                do {
+                    n = try writeLine(telnetPending[telnetPendingStart...])
+                } catch {
+                    output.removeAll()
+                    telnetPending.removeAll()
+                    telnetPendingStart = 0
+                    link.lineDown(now: now)
+                    return
+                }
+                lineBytesOut += n
+                telnetPendingStart += n
+                guard telnetPendingStart == telnetPending.count else { return }
+                telnetPending.removeAll(keepingCapacity: true)
+                telnetPendingStart = 0
+            }
+            guard !output.isEmpty, comPort?.outputSuspended != true else { return }
+            let chunk = output.next.prefix(Self.telnetChunk)
+            var bytes = Array(chunk)
+            record?.record(.sent, bytes, elapsedTenths: tenths(now))
+            if lineNoise != nil { lineNoise!.apply(&bytes) }
+            comPort!.encode(bytes, into: &telnetPending)
+            output.written(chunk.count)
+        }
+    }
+
+    private func compactTelnetPending() {
+        guard telnetPendingStart > 0 else { return }
+        telnetPending.removeFirst(telnetPendingStart)
+        telnetPendingStart = 0
     }
 
     private func tenths(_ now: Instant) -> Int64 { (now.nanoseconds - started.nanoseconds) / 100_000_000 }

@@ -1,5 +1,7 @@
 import CSystem
 import Glibc
+import NetStack
+import RemoteSerial
 
 /// The line PPP runs on: a serial device or pty we attach to, or a pty we create for another
 /// program. Owns its descriptors and closes them on every path.
@@ -18,6 +20,10 @@ public final class SerialLine {
     public let bitsPerSecond: Int?
     private var symlinkPath: String?
     private var closed = false
+    /// For a line on the network (`tcp:HOST:PORT`, `rfc2217:HOST:PORT`): where it is.
+    public let remote: RemoteLineAddress?
+    /// For `rfc2217:`: the port's settings, sent once the server takes COM-PORT-OPTION.
+    public let comPortSettings: ComPortSettings?
 
     public struct Options: Sendable, Equatable {
         public var speed = 115_200
@@ -26,8 +32,20 @@ public final class SerialLine {
         public init() {}
     }
 
-    /// Opens a serial device or an existing pty in raw mode.
-    public init(device path: String, options: Options = Options()) throws(SystemError) {
+    /// Opens a serial device or an existing pty in raw mode, or connects to a serial line on
+    /// the network when `path` is `tcp:HOST:PORT` or `rfc2217:HOST:PORT` (see `NetworkLine`).
+    public convenience init(device path: String, options: Options = Options()) throws(SystemError) {
+        if RemoteLineAddress.isNetworkName(path) {
+            switch RemoteLineAddress.parse(path) {
+            case let .success(address): try self.init(network: address, options: options)
+            case let .failure(e): throw SystemError("\(PeerText.escaped(path)): \(e)", errno: EINVAL)
+            }
+        } else {
+            try self.init(opening: path, options: options)
+        }
+    }
+
+    private init(opening path: String, options: Options) throws(SystemError) {
         let fd = retryingOnInterrupt { open(path, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC) }
         guard fd >= 0 else { throw SystemError("open \(path)") }
         do {
@@ -39,6 +57,8 @@ public final class SerialLine {
         descriptor = fd
         peerPath = nil
         bitsPerSecond = SerialLine.pacingSpeed(fd)
+        remote = nil
+        comPortSettings = nil
     }
 
     /// Takes over a descriptor another program opened (a socket, a tty): made non-blocking,
@@ -50,6 +70,8 @@ public final class SerialLine {
         descriptor = fd
         peerPath = nil
         bitsPerSecond = SerialLine.pacingSpeed(fd)
+        remote = nil
+        comPortSettings = nil
     }
 
     /// Creates a pty; the caller prints `peerPath` (and `link`, when given, is made a symlink to it).
@@ -82,6 +104,17 @@ public final class SerialLine {
         heldPeer = slave
         peerPath = name
         bitsPerSecond = nil
+        remote = nil
+        comPortSettings = nil
+    }
+
+    /// A line on the network: a non-blocking connection under way (see `NetworkLine`).
+    init(connected fd: Int32, remote: RemoteLineAddress, comPort: ComPortSettings?, bitsPerSecond: Int) {
+        descriptor = fd
+        peerPath = nil
+        self.bitsPerSecond = bitsPerSecond
+        self.remote = remote
+        comPortSettings = comPort
     }
 
     static func makeRaw(_ fd: Int32, options: Options, name: String) throws(SystemError) {

@@ -1,5 +1,6 @@
 import Capture
 import Channel
+import RemoteSerial
 import Service
 import Foundation
 import Glibc
@@ -133,7 +134,12 @@ final class ChannelRun {
 
     private func reasonIsFinal(_ r: ChannelCloseReason) -> Bool {
         switch r {
-        case .authenticationFailed, .loopback, .lineFailed: return true
+        case .authenticationFailed, .loopback: return true
+        case .lineFailed:
+            // A device server that refuses (restarting, or its port held by another client) is
+            // tried again, as a hang-up is; a local device that cannot be opened is not there.
+            if case let .device(d, _) = configuration.line, RemoteLineAddress.isNetworkName(d) { return false }
+            return true
         default: return false
         }
     }

@@ -24,7 +24,7 @@ public struct CommandLineTool {
     commands:
       demo          the channel against a simulated terminal on a pty pair: a bridge each
                     way and a proxied connection, no hardware needed
-      run           bring a PPP link up on a serial device or pty (--device PATH | --pty)
+      run           bring a PPP link up on a serial device, pty or device server (--device PATH | --pty)
       serve         many terminals in one process from a directory of configuration files,
                     with a control socket, metrics and the service manager's notifications
       ctl           talk to `serve`'s control socket: list, status, add-bridge, events ...

@@ -21,10 +21,15 @@ struct RunCommand {
     SIGINT/SIGTERM closes it with LCP Terminate-Request.
 
     line:
-      --device PATH          a serial device or an existing pty, put in raw mode
+      --device PATH          a serial device or an existing pty, put in raw mode; or a
+                             serial line on a device server: tcp:HOST:PORT (raw TCP) or
+                             rfc2217:HOST:PORT (telnet, the port set to --speed and
+                             --crtscts, a carrier drop ends the link); HOST numeric or
+                             localhost; with --persist a refused connection is retried
       --pty                  create a pty and print its name for another program to open
       --link PATH            with --pty: also make PATH a symlink to it
-      --speed N              line speed (default 115200)
+      --speed N              line speed (default 115200; on a network line, the serial
+                             side's, which sizes the output queue)
       --crtscts              RTS/CTS hardware flow control
     role and addresses:
       --role host|terminal   host (default, the ICPPP role): assign the terminal its address;

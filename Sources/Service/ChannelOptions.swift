@@ -1,5 +1,6 @@
 import Capture
 import Channel
+import RemoteSerial
 import Foundation
 import Framing
 import NetStack
@@ -296,6 +297,10 @@ public struct RunOptions {
             return false
         }
         if link != nil && !makePty { complain("--link goes with --pty"); return false }
+        if let device, RemoteLineAddress.isNetworkName(device), case let .failure(e) = RemoteLineAddress.parse(device) {
+            complain("--device \(PeerText.escaped(device)): \(e)")
+            return false
+        }
         if tunName != nil && (!services.isEmpty || pingTarget != nil || !bridges.isEmpty) {
             complain("--tun hands IP to the kernel; --services, --ping and --bridge need our stack"); return false
         }

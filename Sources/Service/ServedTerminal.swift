@@ -1,6 +1,7 @@
 import Channel
 import Glibc
 import NetStack
+import RemoteSerial
 import PPP
 
 /// What the service reports: to the control socket's subscribers (as `json`), to
@@ -101,12 +102,17 @@ final class ServedTerminal {
     /// The device is there (following a symbolic link, as an open would), and is not a link a
     /// hung-up pty's program left behind.
     var deviceExists: Bool {
+        // A line on the network is always there to try: a server that refuses or does not
+        // answer is a failed open (holdoff, then maxfail), not a device to wait for.
+        if isNetworkLine { return true }
         if let stale = staleLink {
             if LinkStamp(path: file.device) == stale { return false }
             staleLink = nil
         }
         return LineIdentity(path: file.device) != nil
     }
+
+    var isNetworkLine: Bool { RemoteLineAddress.isNetworkName(file.device) }
 
     /// What the device path leads to now, as the supervisor weighs it.
     private var device: TerminalSupervisor.Device {

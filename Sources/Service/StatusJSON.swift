@@ -1,4 +1,5 @@
 import Channel
+import RemoteSerial
 import Foundation
 
 /// One encoder for a channel's status, for `run`'s status file and `serve`'s control socket
@@ -36,6 +37,17 @@ public enum StatusJSON {
         object["accept_backoffs"] = s.acceptBackoffs
         object["listen_refusals"] = s.listenRefusals
         if let r = s.lastCloseReason { object["last_close_reason"] = r.description }
+        if let c = s.comPort {
+            // What the device server answered to our settings (RFC 2217); absent: not answered.
+            var port: [String: Any] = [:]
+            if let v = c.baudRate { port["baud"] = Int(v) }
+            if let v = c.dataBits { port["data_bits"] = Int(v) }
+            if let v = c.parity { port["parity"] = Int(v) }
+            if let v = c.stopBits { port["stop_bits"] = Int(v) }
+            if let v = c.control { port["control"] = Int(v) }
+            if let v = c.modemState { port["modem_state"] = Int(v) }
+            object["rfc2217"] = port
+        }
         return object
     }
 

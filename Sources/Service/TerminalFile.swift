@@ -1,5 +1,6 @@
 import Capture
 import Channel
+import RemoteSerial
 import Foundation
 import Glibc
 import NetStack
@@ -125,8 +126,8 @@ public struct TerminalFile {
         if errors.isEmpty {
             if options.device == nil {
                 errors.append("\(path): no `device PATH` line")
-            } else if options.device?.hasPrefix("/") != true {
-                errors.append("\(path): the device must be an absolute path, not '\(printable(options.device ?? ""))'")
+            } else if options.device?.hasPrefix("/") != true && !RemoteLineAddress.isNetworkName(options.device ?? "") {
+                errors.append("\(path): the device must be an absolute path, tcp:HOST:PORT or rfc2217:HOST:PORT, not '\(printable(options.device ?? ""))'")
             } else if !options.validate(environment: environment, complain: { errors.append("\(path): " + TerminalFile.printable($0)) }) {
                 // said
             }

@@ -327,7 +327,12 @@ struct BoundsTests {
 
     @Test func aTerminalHoldingItsWindowShutIsDroppedAfterTheUserTimeout() async throws {
         let port = Host.freePort()
-        let rig = try PtyRig { $0.connectionUserTimeout = .seconds(2) }
+        // The channel's loop on a clock the test moves ahead: the user timeout falls due when
+        // the test says, not after seconds of waiting.
+        let clock = LeapingClock()
+        let loop = try EventLoop(clock: clock)
+        try loop.startThread()
+        let rig = try PtyRig(loop: loop) { $0.connectionUserTimeout = .seconds(2) }
         let sink = ClosedWindowSink(port: port)
         let terminal = rig.terminal
         await terminal.loop.perform { terminal.add(sink) }
@@ -339,19 +344,28 @@ struct BoundsTests {
             Host.setTimeout(client, seconds: 60)
             return Host.sendAll(client, Host.random(8 << 20, seed: 5))
         }
-        let started = monotonicNow()
+        let started = clock.now
+        func traffic() async -> TrafficCounters { await loop.perform { rig.channel.bridgeStatus[0].traffic } }
+        // A quarter of a second at a time: the data fills the terminal's window on real I/O
+        // meanwhile, then the window probes go unanswered for the user timeout.
+        var leaps = 0
         for _ in 0..<1200 {
-            try await Task.sleep(for: .milliseconds(50))
-            let t = rig.channel.bridgeStatus[0].traffic
+            let t = await traffic()
             if t.connections == 1 && t.active == 0 { break }
+            clock.leap(by: .milliseconds(250))
+            await loop.fullTurn()
+            leaps += 1
+            try await Task.sleep(for: .milliseconds(20))
         }
-        let traffic = rig.channel.bridgeStatus[0].traffic
-        #expect(traffic.connections == 1 && traffic.active == 0, "still open after \(monotonicNow() - started): \(traffic)")
-        #expect(traffic.failures == 1)
+        let counters = await traffic()
+        #expect(counters.connections == 1 && counters.active == 0, "still open after \(clock.now - started): \(counters)")
+        #expect(counters.failures == 1)
+        // Not before the timeout: the data went unacknowledged for it after the bridge opened.
+        #expect(clock.now - started >= .seconds(2), "dropped after \(clock.now - started)")
         // The host client learns it: its send fails (reset) instead of blocking for ever.
         #expect(await sender.value == false)
         close(client)
-        print("user timeout: the bridged connection ended \(monotonicNow() - started) after it opened")
+        print("user timeout: the bridged connection ended \(clock.now - started) after it opened (\(leaps) leaps of 250 ms)")
         await rig.cleanUp()
     }
 

@@ -8,7 +8,8 @@ import Testing
 import ChannelTestSupport
 
 /// A channel (host role) and a simulated terminal (our stack in terminal role) on the two
-/// ends of a pty pair, both on the process's event loop.
+/// ends of a pty pair, the terminal on the process's event loop, the channel on it too unless
+/// a test gives one of its own (on a `LeapingClock`, to move the channel's timers ahead).
 final class PtyRig: @unchecked Sendable {
     let directory: String
     let linePath: String
@@ -16,7 +17,7 @@ final class PtyRig: @unchecked Sendable {
     let channel: Channel
     let echoPorts: [UInt16]
 
-    init(echoPorts: [UInt16] = [], configure: (inout ChannelConfiguration) -> Void = { _ in }) throws {
+    init(echoPorts: [UInt16] = [], loop: EventLoop = .shared, configure: (inout ChannelConfiguration) -> Void = { _ in }) throws {
         directory = NSTemporaryDirectory() + "pppbridge-channel-\(UUID().uuidString.prefix(8))"
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         linePath = directory + "/line"
@@ -27,7 +28,7 @@ final class PtyRig: @unchecked Sendable {
         c.link.negotiation.restartInterval = .seconds(1)
         c.relayDNS = false
         configure(&c)
-        channel = Channel(configuration: c)
+        channel = Channel(configuration: c, loop: loop)
     }
 
     /// A new terminal on a new pty at the same path (the old one hung up or stopped).

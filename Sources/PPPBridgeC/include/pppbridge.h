@@ -54,8 +54,9 @@ typedef void (*pb_did_close_fn)(pb_channel *channel, int reason, void *context);
 #define PB_BRIDGE_HOST_TO_TERMINAL_LOCAL  1  /* listening on 127.0.0.1 only */
 #define PB_BRIDGE_TERMINAL_TO_HOST        2  /* listening on our PPP address */
 
-/* A channel on `device` (a serial device or a pty; a symbolic link is followed at each open)
- * in the host role: we are 192.168.53.1, the terminal 192.168.53.2, with the SOCKS proxy on
+/* A channel on `device` (a serial device or a pty; a symbolic link is followed at each open;
+ * or a serial line on a device server: "tcp:HOST:PORT" raw, "rfc2217:HOST:PORT" with the port
+ * set to 115200 8N1 over RFC 2217, HOST numeric or localhost) in the host role: we are 192.168.53.1, the terminal 192.168.53.2, with the SOCKS proxy on
  * port 1080 and the DNS relay. Nothing is opened yet. The first call starts the library's
  * event loop. NULL with errno set when it cannot: EINVAL (`device` NULL or empty), EMFILE or
  * ENFILE (no descriptors for the loop), EAGAIN (no thread for it); a later call tries again. */
