@@ -558,7 +558,9 @@ struct SocksPolicyChannelTests {
         let clock = LeapingClock()
         let loop = try EventLoop(clock: clock)
         try loop.startThread()
-        let rig = try PtyRig(loop: loop) { $0.socks?.handshakeTimeout = .seconds(1) }
+        // A minute: half of it leapt over stays far beyond what a loaded machine's real time
+        // adds meanwhile.
+        let rig = try PtyRig(loop: loop) { $0.socks?.handshakeTimeout = .seconds(60) }
         let a = try await rig.open()
         let silent = SilentClient(target: TCPEndpoint(a.ip, 1080))
         let terminal = rig.terminal
@@ -570,12 +572,12 @@ struct SocksPolicyChannelTests {
         }
         #expect(await terminal.loop.perform { silent.established })
         // Half the timeout on: the client is still there.
-        clock.leap(by: .milliseconds(500))
+        clock.leap(by: .seconds(30))
         await loop.fullTurn()
         #expect(await loop.perform { rig.channel.status.proxyHandshakeTimeouts } == 0, "reset before its timeout")
         #expect(await terminal.loop.perform { silent.closed } == nil)
         // Past it: reset, and the terminal's stack hears of it.
-        clock.leap(by: .milliseconds(600))
+        clock.leap(by: .seconds(31))
         await loop.fullTurn()
         #expect(await loop.perform { rig.channel.status.proxyHandshakeTimeouts } == 1)
         for _ in 0..<1200 {
