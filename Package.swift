@@ -88,7 +88,7 @@ let package = Package(
         .executableTarget(name: "FuzzReaderSession", dependencies: ["Payment", "NetStack", "FuzzSupport"], path: "Tools/Fuzz/ReaderSession"),
         .executableTarget(name: "FuzzChannel", dependencies: ["Channel", "NetStack", "FuzzSupport"], path: "Tools/Fuzz/Channel"),
         .executableTarget(name: "FuzzStreamDecoder", dependencies: ["Framing", "FuzzSupport"], path: "Tools/Fuzz/StreamDecoder"),
-        .executableTarget(name: "FuzzRemoteSerial", dependencies: ["RemoteSerial"], path: "Tools/Fuzz/RemoteSerial"),
+        .executableTarget(name: "FuzzRemoteSerial", dependencies: ["RemoteSerial", "FuzzSupport"], path: "Tools/Fuzz/RemoteSerial"),
         .executableTarget(
             name: "FuzzPacketParsers",
             dependencies: ["Framing", "PPP", "NetStack", "Capture", "FuzzSupport"],

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests need, builds, and runs the whole suite.
 #
-# Three rounds: first every target but InteropTests, then InteropTests (the VM, the kernel
-# through TUN, the commands as processes), then the fault soak against `serve` on its own. The interop suites keep a QEMU vCPU busy for
+# Four rounds: first every target but InteropTests, then InteropTests (the VM, the kernel
+# through TUN, the commands as processes), then the fault soak against `serve` on its own, then
+# the Python bindings in a fresh venv (Tools/test-python.sh). The interop suites keep a QEMU vCPU busy for
 # minutes; beside them, on a 2-core machine, the in-process link suites' loops were starved
 # long enough for their timing (echoes, pty buffers) to fail. Arguments, when given, are passed
 # to one `swift test` as they are.
@@ -13,7 +14,8 @@ swift build --build-tests
 # The C API's library, for the test that compiles the C example against it.
 swift build --product PPPBridgeC
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+pylog=$(mktemp)
+trap 'rm -f "$log" "$pylog"' EXIT
 set +e
 if [ $# -gt 0 ]; then
     swift test --skip-build "$@" 2>&1 | tee "$log"
@@ -29,6 +31,10 @@ else
     swift test --skip-build --filter '^InteropTests\.ServeSoakTests' 2>&1 | tee -a "$log"
     third=${PIPESTATUS[0]}
     [ "$status" -ne 0 ] || status=$third
+    # The Python bindings, installed into a fresh venv, against the library built above.
+    Tools/test-python.sh 2>&1 | tee "$pylog"
+    python=${PIPESTATUS[0]}
+    [ "$status" -ne 0 ] || status=$python
 fi
 set -e
 # Counted from swift-testing's own totals ("Test run with N tests"), not its per-test lines:
@@ -37,6 +43,12 @@ total=$(awk '$2 == "Test" && $3 == "run" && $4 == "with" && $5 ~ /^[0-9]+$/ { n 
 # A failed test's own last line ("✘ Test name() failed after …"); not its recorded issues'
 # lines, which say "Expectation failed", nor the run's total.
 failed=$(grep -E '^✘ Test .* failed after' "$log" | grep -vc '^✘ Test run with' || true)
+# pytest's own summary ("7 passed", "1 failed, 6 passed", "2 errors").
+pysummary=$(grep -E '^[0-9]+ (passed|failed|errors?)|^=+ .*(passed|failed|error)' "$pylog" | tail -1 || true)
+pypassed=$(echo "$pysummary" | grep -oE '[0-9]+ passed' | awk '{ n += $1 } END { print n + 0 }')
+pyfailed=$(echo "$pysummary" | grep -oE '[0-9]+ (failed|errors?)' | awk '{ n += $1 } END { print n + 0 }')
+total=$((total + ${pypassed:-0} + ${pyfailed:-0}))
+failed=$((failed + ${pyfailed:-0}))
 echo "tests: $((total - failed)) passed, $failed failed"
 
 exit "$status"

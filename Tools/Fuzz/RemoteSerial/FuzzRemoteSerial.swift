@@ -7,6 +7,7 @@
 // and what we encode for the server decodes back to itself in the mode both sides settled on.
 // The same bytes as text go through the network line name parser.
 import RemoteSerial
+import FuzzSupport
 
 private struct Outcome: Equatable {
     var data: [UInt8] = []
@@ -70,3 +71,14 @@ public func fuzzRemoteSerial(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt
     _ = RemoteLineAddress.parse(String(decoding: stream, as: UTF8.self)).map(\.description)
     return 0
 }
+
+#if FUZZING
+@_cdecl("FuzzRemoteSerial_main")
+func fuzzerMain(_ argc: CInt, _ argv: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?) -> CInt {
+    runFuzzer(argc, argv, fuzzRemoteSerial)
+}
+#else
+@main struct Replay {
+    static func main() { replay(fuzzRemoteSerial) }
+}
+#endif
