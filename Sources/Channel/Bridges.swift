@@ -85,7 +85,10 @@ final class Bridges: StackApplication {
     private(set) var acceptBackoffs = 0
     var log: (String) -> Void = { _ in }
     /// A connection of a bridge opened (true) or ended (false).
-    var onConnection: (BridgeSpec, Bool) -> Void = { _, _ in }
+    var onConnection: (BridgeSpec, Relay, Bool) -> Void = { _, _, _ in }
+    /// A client refused before a connection was made: the bridge, where it would have gone,
+    /// who asked, and why.
+    var onRefused: (BridgeSpec, String, String, String) -> Void = { _, _, _, _ in }
 
     init(loop: EventLoop, connectionLimit: Int = 64, share: DescriptorShare? = nil) {
         self.loop = loop
@@ -120,7 +123,7 @@ final class Bridges: StackApplication {
             throw .alreadyExists
         }
         let b = Bridge(spec)
-        b.counters.onChange = { [weak self] opened in self?.onConnection(spec, opened) }
+        b.counters.onChange = { [weak self] relay, opened in self?.onConnection(spec, relay, opened) }
         switch spec.kind {
         case .hostToTerminal, .hostToTerminalLocal:
             let address = spec.kind == .hostToTerminal ? IPv4Address(0) : IPv4Address(127, 0, 0, 1)
@@ -176,13 +179,15 @@ final class Bridges: StackApplication {
             case .outOfResources:
                 rest(b, now: now)
                 break accepting
-            case let .client(fd, _):
+            case let .client(fd, client):
                 b.backoff.succeeded()
+                let source = "\(client)", destination = "\(terminal)"
                 // Beyond the limit the client is reset at once rather than left in the kernel's
                 // queue, where it would keep the listener readable.
                 guard b.counters.value.active < connectionLimit else {
                     b.counters.value.refused += 1
                     HostSocket.closeWithReset(fd)
+                    onRefused(b.spec, destination, source, "\(connectionLimit) connections open on this bridge")
                     continue
                 }
                 // This terminal's part of the process's descriptors is used up: the client is
@@ -190,6 +195,7 @@ final class Bridges: StackApplication {
                 guard relays.acquireDescriptor() else {
                     b.counters.value.refused += 1
                     HostSocket.closeWithReset(fd)
+                    onRefused(b.spec, destination, source, "no descriptors left for this terminal")
                     continue
                 }
                 guard let host else {
@@ -197,6 +203,7 @@ final class Bridges: StackApplication {
                     relays.lastFailure = "the link is not up"
                     relays.releaseDescriptor()
                     HostSocket.closeWithReset(fd)
+                    onRefused(b.spec, destination, source, "the link is not up")
                     continue
                 }
                 let id: ConnectionID
@@ -207,9 +214,11 @@ final class Bridges: StackApplication {
                     relays.lastFailure = "our stack did not connect: \(error)"
                     relays.releaseDescriptor()
                     HostSocket.closeWithReset(fd)
+                    onRefused(b.spec, destination, source, "our stack did not connect: \(error)")
                     continue
                 }
-                relays.add(Relay(id: id, fd: fd, counters: b.counters, hostConnected: true, stackEstablished: false))
+                relays.add(Relay(id: id, fd: fd, counters: b.counters, hostConnected: true, stackEstablished: false,
+                                 destination: destination, source: source))
             }
         }
         host?.serve(now: now)
@@ -232,19 +241,24 @@ final class Bridges: StackApplication {
     func acceptable(port: UInt16, now: Instant) {
         guard let host, let b = bridges.first(where: { $0.spec.kind == .terminalToHost && $0.spec.port == port }) else { return }
         while let id = host.accept(port: port, for: self) {
+            let destination = "\(TCPEndpoint(IPv4Address(127, 0, 0, 1), port))"
+            let source = host.stack?.connection(id).map { "\($0.remote)" } ?? ""
             guard relays.acquireDescriptor() else {
                 b.counters.value.refused += 1
                 host.stack?.abort(id, now: now)
+                onRefused(b.spec, destination, source, "no descriptors left for this terminal")
                 continue
             }
             do {
                 let fd = try HostSocket.connect(to: TCPEndpoint(IPv4Address(127, 0, 0, 1), port))
-                relays.add(Relay(id: id, fd: fd, counters: b.counters, hostConnected: false, stackEstablished: true))
+                relays.add(Relay(id: id, fd: fd, counters: b.counters, hostConnected: false, stackEstablished: true,
+                                 destination: destination, source: source))
             } catch {
                 relays.releaseDescriptor()
                 b.counters.value.failures += 1
                 relays.lastFailure = "host \(error)"
                 host.stack?.abort(id, now: now)
+                onRefused(b.spec, destination, source, "host \(error)")
             }
         }
     }

@@ -166,8 +166,59 @@ public enum ChannelEvent: Sendable, Equatable {
     case link(LinkEvent)
     /// A line for a person: bridges and proxy connections opening and failing.
     case log(String)
-    /// A connection a bridge or the proxy carries opened (`opened`) or ended.
-    case connection(ConnectionCarrier, opened: Bool)
+    /// A connection through a bridge or the proxy opened, ended, or was refused (ICNetwork's
+    /// per-connection delegate calls, for every language).
+    case connection(ConnectionReport)
+}
+
+/// One connection a bridge or the proxy carried, or refused. Peer text (a name the terminal
+/// asked the proxy for) is escaped for printing (`PeerText`).
+public struct ConnectionReport: Sendable, Equatable, CustomStringConvertible {
+    public enum Phase: String, Sendable {
+        /// Being made: the host socket is connecting, or our stack's connection to the terminal.
+        case opened
+        /// Over: `failure` says why when it did not end with both sides closing.
+        case closed
+        /// Never made: the proxy's rules, a limit, a name that did not resolve, a handshake.
+        case refused
+    }
+
+    public var carrier: ConnectionCarrier
+    public var phase: Phase
+    /// The connection's number on this channel, from 1: its opened and closed reports share
+    /// it. 0 for a refusal, which opened nothing.
+    public var number: Int
+    /// Where it goes: the terminal's port for a host→terminal bridge, the host's for a
+    /// terminal→host one, what the terminal asked the proxy for (a name as it asked, or an
+    /// address) with its port. Empty when a handshake failed before saying.
+    public var destination: String
+    /// Who opened it: the host client's address and port, or the terminal's.
+    public var source: String
+    /// Why it was refused, or failed (nil: closed by its ends).
+    public var failure: String?
+    public var bytesToTerminal: Int
+    public var bytesToHost: Int
+
+    public init(carrier: ConnectionCarrier, phase: Phase, number: Int, destination: String, source: String, failure: String? = nil,
+                bytesToTerminal: Int = 0, bytesToHost: Int = 0) {
+        self.carrier = carrier
+        self.phase = phase
+        self.number = number
+        self.destination = destination
+        self.source = source
+        self.failure = failure
+        self.bytesToTerminal = bytesToTerminal
+        self.bytesToHost = bytesToHost
+    }
+
+    public var description: String {
+        var text = "\(carrier) connection"
+        if number > 0 { text += " #\(number)" }
+        text += " \(phase.rawValue): \(PeerText.escaped(source)) → \(PeerText.escaped(destination))"
+        if phase == .closed { text += ", \(bytesToTerminal) B to the terminal, \(bytesToHost) B to the host" }
+        if let failure { text += " (\(PeerText.escaped(failure)))" }
+        return text
+    }
 }
 
 /// What carries a connection between the terminal and the host.
@@ -251,6 +302,18 @@ public final class Channel: @unchecked Sendable {
     private var nextSubscriber = 0
     private var previousBridges: [BridgeSpec] = []
     private var opens = 0
+    /// The number the next connection through a bridge or the proxy is reported with.
+    private var nextConnectionNumber = 1
+
+    private func reportConnection(_ carrier: ConnectionCarrier, _ relay: Relay, opened: Bool) {
+        if opened {
+            relay.number = nextConnectionNumber
+            nextConnectionNumber += 1
+        }
+        emit(.connection(ConnectionReport(carrier: carrier, phase: opened ? .opened : .closed, number: relay.number,
+                                          destination: relay.destination, source: relay.source, failure: opened ? nil : relay.failure,
+                                          bytesToTerminal: relay.bytesToTerminal, bytesToHost: relay.bytesToHost)))
+    }
     private var lastCloseReason: ChannelCloseReason?
     private var lastLineBytes = (0, 0)
     private var lastFrames = (0, 0, 0)
@@ -443,7 +506,11 @@ public final class Channel: @unchecked Sendable {
         if let ping = configuration.ping { attachment.ping(ping.target, count: ping.count) }
         let bridges = Bridges(loop: loop, connectionLimit: configuration.bridgeConnectionLimit, share: configuration.descriptorShare)
         bridges.log = { [weak self] in self?.log($0) }
-        bridges.onConnection = { [weak self] spec, opened in self?.emit(.connection(.bridge(spec), opened: opened)) }
+        bridges.onConnection = { [weak self] spec, relay, opened in self?.reportConnection(.bridge(spec), relay, opened: opened) }
+        bridges.onRefused = { [weak self] spec, destination, source, why in
+            self?.emit(.connection(ConnectionReport(carrier: .bridge(spec), phase: .refused, number: 0, destination: destination, source: source,
+                                                    failure: why)))
+        }
         attachment.add(bridges)
         let streams = TerminalStreams(loop: loop)
         attachment.add(streams)
@@ -452,7 +519,11 @@ public final class Channel: @unchecked Sendable {
             let proxy = SocksProxy(configuration: s, loop: loop, share: configuration.descriptorShare)
             proxy.keepAlive = configuration.keepAlive
             proxy.log = { [weak self] in self?.log($0) }
-            proxy.counters.onChange = { [weak self] opened in self?.emit(.connection(.proxy, opened: opened)) }
+            proxy.counters.onChange = { [weak self] relay, opened in self?.reportConnection(.proxy, relay, opened: opened) }
+            proxy.onRefused = { [weak self] destination, source, why in
+                self?.emit(.connection(ConnectionReport(carrier: .proxy, phase: .refused, number: 0, destination: destination, source: source,
+                                                        failure: why)))
+            }
             attachment.add(proxy)
             socks = proxy
         } else {

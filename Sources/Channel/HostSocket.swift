@@ -119,9 +119,21 @@ enum HostSocket {
     }
 
     /// Starts a non-blocking connect; the socket reports writable when it finished (check `pendingError`).
-    static func connect(to endpoint: TCPEndpoint, keepAlive: KeepAliveSettings? = nil) throws(SystemError) -> Int32 {
+    static func connect(to endpoint: TCPEndpoint, keepAlive: KeepAliveSettings? = nil, from source: IPv4Address? = nil) throws(SystemError) -> Int32 {
         let fd = try stream()
         if let keepAlive { setKeepAlive(fd, keepAlive) }
+        if let source {
+            // Any free port on that address; the address must be this host's (EADDRNOTAVAIL).
+            var local = address(TCPEndpoint(source, 0))
+            let r = withUnsafePointer(to: &local) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            if r != 0 {
+                let e = SystemError("bind \(source)")
+                Glibc.close(fd)
+                throw e
+            }
+        }
         var a = address(endpoint)
         let r = withUnsafePointer(to: &a) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }

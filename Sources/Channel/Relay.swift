@@ -61,23 +61,34 @@ final class Relay {
     var attached = false
     /// Listed to be pumped this batch (`dirty`): each relay is listed once at most.
     var isDirty = false
+    /// For its reports (`ConnectionReport`): where it goes and who opened it, its number on the
+    /// channel (given when it opens), what went wrong, and what it carried each way.
+    var destination = ""
+    var source = ""
+    var number = 0
+    var failure: String?
+    var bytesToTerminal = 0
+    var bytesToHost = 0
 
     final class Counter {
         var value = TrafficCounters()
         /// Told of each connection carried as it opens (true) and ends (false).
-        var onChange: ((Bool) -> Void)?
+        var onChange: ((Relay, Bool) -> Void)?
     }
 
-    init(id: ConnectionID, fd: Int32, counters: Counter, hostConnected: Bool, stackEstablished: Bool) {
+    init(id: ConnectionID, fd: Int32, counters: Counter, hostConnected: Bool, stackEstablished: Bool, destination: String = "",
+         source: String = "") {
         self.id = id
         self.fd = fd
         self.counters = counters
         self.hostConnected = hostConnected
         self.stackEstablished = stackEstablished
+        self.destination = destination
+        self.source = source
         HostSocket.setNoDelay(fd)
         counters.value.connections += 1
         counters.value.active += 1
-        counters.onChange?(true)
+        counters.onChange?(self, true)
     }
 
     var pendingToHost: Int { toHost.count - toHostStart }
@@ -167,10 +178,12 @@ final class RelayTable {
                     host.stack!.read(id, appendingTo: &r.toHost, now: now)
                     if r.pendingToHost > 0, let n = try? HostSocket.send(r.fd, r.toHost[r.toHostStart...]) {
                         r.counters.value.bytesToHost += n
+                        r.bytesToHost += n
                     }
                 }
                 r.counters.value.failures += 1
                 lastFailure = "terminal side: \(reason.rawValue)"
+                r.failure = r.failure ?? "terminal side: \(reason.rawValue)"
                 host?.stack?.abort(id, now: nil)
                 remove(r, reset: true)
             }
@@ -195,7 +208,10 @@ final class RelayTable {
 
     /// The link is down: every host connection is reset, every descriptor closed.
     func closeAll() {
-        for r in Array(relays.values) { remove(r, reset: true) }
+        for r in Array(relays.values) {
+            r.failure = r.failure ?? "the link closed"
+            remove(r, reset: true)
+        }
         dirty.removeAll()
     }
 
@@ -209,6 +225,7 @@ final class RelayTable {
             let e = HostSocket.pendingError(r.fd)
             if e != 0 {
                 r.counters.value.failures += 1
+                r.failure = SystemError("connect \(r.destination)", errno: e).description
                 let failed = r.onHostConnectFailed
                 relays[r.id] = nil
                 r.attached = false
@@ -216,7 +233,7 @@ final class RelayTable {
                 Glibc.close(r.fd)
                 releaseDescriptor()
                 r.counters.value.active -= 1
-                r.counters.onChange?(false)
+                r.counters.onChange?(r, false)
                 if let failed { failed(r, e) } else { host?.stack?.abort(r.id, now: now) }
                 return
             }
@@ -251,6 +268,7 @@ final class RelayTable {
             if n > 0 {
                 host.stack!.write(r.id, buffer[0..<n], now: now)
                 r.counters.value.bytesToTerminal += n
+                r.bytesToTerminal += n
                 if n < want {
                     // Drained for now; epoll (level-triggered) says when there is more.
                     r.hostReadable = false
@@ -279,6 +297,7 @@ final class RelayTable {
                         let n = try HostSocket.send(r.fd, r.toHost[r.toHostStart...])
                         r.toHostStart += n
                         r.counters.value.bytesToHost += n
+                        r.bytesToHost += n
                     } catch {
                         fail(r, "host send: \(error)", now: now)
                         return
@@ -358,6 +377,7 @@ final class RelayTable {
     private func fail(_ r: Relay, _ why: String, now: Instant) {
         r.counters.value.failures += 1
         lastFailure = why
+        r.failure = r.failure ?? why
         host?.stack?.abort(r.id, now: now)
         remove(r, reset: true)
     }
@@ -370,7 +390,7 @@ final class RelayTable {
         if reset { HostSocket.closeWithReset(r.fd) } else { Glibc.close(r.fd) }
         releaseDescriptor()
         r.counters.value.active -= 1
-        r.counters.onChange?(false)
+        r.counters.onChange?(r, false)
         r.onFinished?(r)
     }
 }

@@ -23,6 +23,10 @@ public struct SocksConfiguration: Sendable, Equatable {
     public var handshakeTimeout: Duration = .seconds(10)
     /// SOCKS5 username/password (RFC 1929) pairs; nil: no authentication (SOCKS4/4a allowed).
     public var passwords: [String: String]?
+    /// The host address outbound connections are made from (bound before connecting), for a
+    /// host with several addresses whose firewall or gateway knows the terminals by one; nil:
+    /// the kernel's choice.
+    public var outboundAddress: IPv4Address?
     public init(port: UInt16 = 1080) { self.port = port }
 }
 
@@ -280,6 +284,9 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
     private var reported = ReportedOnce(capacity: SocksProxy.reportedCapacity)
     private var notices = ThrottledLog<Notice>(interval: SocksProxy.logInterval)
     var log: (String) -> Void = { _ in }
+    /// A request refused before a connection was made: what the terminal asked for (empty
+    /// when its handshake failed before saying), the terminal's address, and why.
+    var onRefused: (String, String, String) -> Void = { _, _, _ in }
 
     init(configuration: SocksConfiguration, loop: EventLoop, share: DescriptorShare? = nil) {
         self.configuration = configuration
@@ -355,6 +362,7 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
             negotiating[id] = nil
             dirty.remove(id)
             handshakeTimeouts += 1
+            onRefused("", terminalEndpoint(id), "no complete handshake within \(configuration.handshakeTimeout)")
             host?.abort(id, now: now)
         }
     }
@@ -385,7 +393,7 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
                 host.stack!.write(id, b, now: now)
             case let .refuse(b, reason):
                 note(.badHandshake, now: now, "refused: \(reason)")
-                refuse(id, b, now: now)
+                refuse(id, b, now: now, why: "handshake: \(reason)")
                 return
             case let .request(request, reply):
                 if !reply.isEmpty { host.stack!.write(id, reply, now: now) }
@@ -396,7 +404,15 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         }
     }
 
-    private func refuse(_ id: ConnectionID, _ reply: [UInt8], now: Instant) {
+    /// The terminal's end of connection `id`, for reports.
+    private func terminalEndpoint(_ id: ConnectionID) -> String {
+        host?.stack?.connection(id).map { "\($0.remote)" } ?? ""
+    }
+
+    /// Answers `reply` and closes; `why`, when given, is reported (`onRefused`) with what the
+    /// terminal asked for.
+    private func refuse(_ id: ConnectionID, _ reply: [UInt8], now: Instant, why: String? = nil) {
+        if let why { onRefused(destinations[id] ?? "", terminalEndpoint(id), why) }
         refusals += 1
         negotiating[id] = nil
         resolving.cancel(id)
@@ -414,12 +430,14 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         policyRefusals += 1
         let destination = "\(request.host):\(request.port)"
         if reported.first(destination) { log("socks: \(destination) refused: \(why)") }
-        refuse(id, SocksNegotiation.failureReply(for: request.version, .notAllowed), now: now)
+        destinations[id] = destination
+        refuse(id, SocksNegotiation.failureReply(for: request.version, .notAllowed), now: now, why: why)
     }
 
     private func admit(_ id: ConnectionID, _ request: SocksRequest, leftover: [UInt8], now: Instant) {
+        destinations[id] = "\(request.host):\(request.port)"
         guard let requested = SocksDestination(request) else {
-            refuse(id, SocksNegotiation.failureReply(for: request.version, .addressTypeNotSupported), now: now)
+            refuse(id, SocksNegotiation.failureReply(for: request.version, .addressTypeNotSupported), now: now, why: "address type not supported")
             return
         }
         var address: IPv4Address?
@@ -430,11 +448,11 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         }
         guard outbound < configuration.maximumConnections else {
             note(.outboundFull, now: now, "\(request.host):\(request.port) refused: \(configuration.maximumConnections) outbound connections already open")
-            refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now)
+            refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now,
+                   why: "\(configuration.maximumConnections) outbound connections already open")
             return
         }
         if let address {
-            destinations[id] = "\(request.host):\(request.port)"
             connectIfAllowed(id, request, requested, address, leftover: leftover, now: now)
             return
         }
@@ -443,10 +461,10 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         guard resolving.running < configuration.maximumConnections else {
             lookupRefusals += 1
             note(.lookupsFull, now: now, "\(request.host) refused: \(resolving.running) name lookups still running")
-            refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now)
+            refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now,
+                   why: "\(resolving.running) name lookups still running")
             return
         }
-        destinations[id] = "\(request.host):\(request.port)"
         // The rules apply to the address the name leads to, once it is known.
         let token = resolving.begin(id)
         let started = LookupThread.start { [loop, resolve] in
@@ -458,7 +476,7 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
                     self.connectIfAllowed(id, request, requested, address, leftover: leftover, now: now)
                 } else {
                     self.note(.lookupFailed, now: now, "\(request.host) did not resolve")
-                    self.refuse(id, SocksNegotiation.failureReply(for: request.version, .hostUnreachable), now: now)
+                    self.refuse(id, SocksNegotiation.failureReply(for: request.version, .hostUnreachable), now: now, why: "the name did not resolve")
                 }
                 self.host?.serve(now: now)
             }
@@ -466,7 +484,7 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         if !started {
             _ = resolving.returned(id, token: token)
             note(.lookupFailed, now: now, "\(request.host): no thread for the lookup")
-            refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now)
+            refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now, why: "no thread for the name lookup")
         }
     }
 
@@ -482,7 +500,8 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
             guard let hostAddresses = hostAddresses() else {
                 // Not knowing the host's addresses, no destination can be told apart from them.
                 note(.connectFailed, now: now, "\(request.host):\(request.port) refused: the host's interface addresses could not be read")
-                refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now)
+                refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now,
+                       why: "the host's interface addresses could not be read")
                 return
             }
             decision = policy.decide(requested, address: address, hostAddresses: hostAddresses)
@@ -507,18 +526,20 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         let fd: Int32
         guard relays.acquireDescriptor() else {
             note(.connectFailed, now: now, "\(endpoint): no descriptors left for this terminal")
-            refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now)
+            refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now, why: "no descriptors left for this terminal")
             return
         }
         do {
-            fd = try HostSocket.connect(to: endpoint, keepAlive: keepAlive)
+            fd = try HostSocket.connect(to: endpoint, keepAlive: keepAlive, from: configuration.outboundAddress)
         } catch {
             relays.releaseDescriptor()
             note(.connectFailed, now: now, "\(endpoint): \(error)")
-            refuse(id, SocksNegotiation.failureReply(for: request.version, SocksProxy.failure(error.errno)), now: now)
+            refuse(id, SocksNegotiation.failureReply(for: request.version, SocksProxy.failure(error.errno)), now: now, why: "\(error)")
             return
         }
-        let r = Relay(id: id, fd: fd, counters: counters, hostConnected: false, stackEstablished: true)
+        let asked = destinations[id] ?? "\(endpoint)"
+        let r = Relay(id: id, fd: fd, counters: counters, hostConnected: false, stackEstablished: true,
+                      destination: asked == "\(endpoint)" ? asked : "\(asked) (\(endpoint))", source: terminalEndpoint(id))
         r.toHost = leftover
         // The client learns of success only once the host connection is made.
         r.onHostConnected = { [unowned self] r in
@@ -531,6 +552,7 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
             if !mayReachHost, let peer = SocksProxy.peerAddress(r.fd), peer == bound.address {
                 self.policyRefusals += 1
                 self.note(.reachedHost, now: now, "\(endpoint) reset: it reached this host (\(bound.address) to itself)")
+                r.failure = "reset: it reached this host"
                 return false
             }
             self.host?.stack?.write(r.id, SocksNegotiation.successReply(for: request, bound: bound.address, port: bound.port), now: now)

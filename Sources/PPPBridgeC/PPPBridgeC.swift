@@ -15,6 +15,7 @@ import Synchronization
 
 public typealias DidOpen = @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?) -> Void
 public typealias DidClose = @convention(c) (OpaquePointer?, Int32, UnsafeMutableRawPointer?) -> Void
+public typealias ConnectionCallback = @convention(c) (OpaquePointer?, UnsafePointer<CChar>?, UnsafeMutableRawPointer?) -> Void
 
 /// One C channel: the Swift channel, the caller's context and callbacks, and the addresses as
 /// C strings that stay valid from did-open to did-close.
@@ -33,6 +34,9 @@ final class CChannel: ChannelDelegate, @unchecked Sendable {
     var lastLinkOpened = false
     static let failedReopenDelay = Duration.seconds(1)
 
+    /// pb_set_connection_callback's function (set and read on the loop's thread).
+    var onConnection: ConnectionCallback?
+
     init(device: String, loop: EventLoop, handle: OpaquePointer, context: UnsafeMutableRawPointer?, didOpen: DidOpen?, didClose: DidClose?) {
         self.handle = handle
         channel = Channel(configuration: ChannelConfiguration(line: .device(device)), loop: loop)
@@ -41,6 +45,13 @@ final class CChannel: ChannelDelegate, @unchecked Sendable {
         self.didClose = didClose
         addresses.initialize(repeating: 0, count: 64)
         channel.delegate = self
+        channel.observe { [weak self] event in
+            guard let self, case let .connection(report) = event, let callback = self.onConnection,
+                  self.channel.delegate != nil else { return }
+            StatusJSON.line(StatusJSON.connection(report)).trimmingCharacters(in: .newlines).withCString {
+                callback(self.handle, $0, self.context)
+            }
+        }
     }
 
     deinit { addresses.deallocate() }
@@ -211,6 +222,13 @@ public func pb_dns(_ p: OpaquePointer?) -> UnsafePointer<CChar> { unwrap(p)?.add
 
 @_cdecl("pb_terminal_ip")
 public func pb_terminal_ip(_ p: OpaquePointer?) -> UnsafePointer<CChar> { unwrap(p)?.address(3) ?? empty }
+
+@_cdecl("pb_set_connection_callback")
+public func pb_set_connection_callback(_ p: OpaquePointer?, _ callback: ConnectionCallback?) -> Int32 {
+    guard let c = unwrap(p) else { return invalid }
+    c.channel.loop.sync { c.onConnection = callback }
+    return 0
+}
 
 @_cdecl("pb_channel_destroy")
 public func pb_channel_destroy(_ p: OpaquePointer?) -> Int32 {

@@ -85,6 +85,9 @@ struct RunCommand {
                              CGNAT, multicast, reserved and documentation addresses, the host's
                              interface addresses and the link's own (refused by default: SOCKS5
                              reply 2, SOCKS4 0x5B)
+      --socks-outbound-address A  make the proxy's outbound connections from this host
+                             address (one of this host's; for a firewall that knows the
+                             terminals by it)
       --socks-user NAME:PASSWORD  SOCKS5 must authenticate (RFC 1929; repeatable)
       --socks-user-file PATH the same, one NAME:PASSWORD per line, from a file
       --keepalive IDLE,INTERVAL,COUNT  TCP keep-alive for the proxy's outbound sockets:

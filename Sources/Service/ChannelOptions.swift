@@ -46,6 +46,7 @@ public struct RunOptions {
     public var socks: SocksConfiguration? = SocksConfiguration()
     public var socksAllow: [SocksDestination] = []
     public var socksAllowPrivate = false
+    public var socksOutboundAddress: IPv4Address?
     public var socksUsers: [String: String] = [:]
     public var keepAlive: KeepAliveSettings?
     public var dnsUpstream: TCPEndpoint?
@@ -231,6 +232,7 @@ public struct RunOptions {
             guard let d = SocksDestination(v) else { complain("--socks-allow takes HOST:PORT"); return false }
             socksAllow.append(d)
         case "--socks-allow-private": socksAllowPrivate = true
+        case "--socks-outbound-address": guard case let .some(.some(x)) = address(a) else { return false }; socksOutboundAddress = x
         case "--socks-user":
             guard let v = value(a) else { return false }
             guard let colon = v.firstIndex(of: ":") else { complain("--socks-user takes NAME:PASSWORD"); return false }
@@ -366,6 +368,7 @@ public struct RunOptions {
         if var s = socks {
             if !socksAllow.isEmpty { s.allow = socksAllow }
             s.allowPrivate = socksAllowPrivate
+            s.outboundAddress = socksOutboundAddress
             if !socksUsers.isEmpty { s.passwords = socksUsers }
             c.socks = s
         } else {

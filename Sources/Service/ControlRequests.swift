@@ -80,12 +80,12 @@ extension Service {
             return ["event": "waiting", "terminal": name, "device": device]
         case let .gaveUp(name, failures):
             return ["event": "gave-up", "terminal": name, "failures": failures]
-        case let .connection(name, carrier, opened):
-            var object: [String: Any] = ["event": opened ? "connection-opened" : "connection-closed", "terminal": name]
-            switch carrier {
-            case let .bridge(spec): object["bridge"] = spec.description
-            case .proxy: object["proxy"] = true
-            }
+        case let .connection(name, report):
+            // One per connection through a bridge or the proxy, opened and closed (sharing
+            // "connection"), or refused; what the terminal asked the proxy for is its text,
+            // escaped by JSON like every string here.
+            var object = StatusJSON.connection(report)
+            object["terminal"] = name
             return object
         case let .configuration(name, added):
             return ["event": added ? "terminal-added" : "terminal-removed", "terminal": name]

@@ -11,7 +11,7 @@ public enum ServiceEvent: Sendable {
     case closed(terminal: String, ChannelCloseReason)
     case waiting(terminal: String, device: String)
     case gaveUp(terminal: String, failures: Int)
-    case connection(terminal: String, ConnectionCarrier, opened: Bool)
+    case connection(terminal: String, ConnectionReport)
     case configuration(terminal: String, added: Bool)
     case configurationError(path: String, [String])
 }
@@ -206,8 +206,8 @@ final class ServedTerminal {
             closed(reason)
         case let .link(e):
             if case .echoMissed = e { echoFailures += 1 }
-        case let .connection(carrier, opened):
-            publish(.connection(terminal: name, carrier, opened: opened))
+        case let .connection(report):
+            publish(.connection(terminal: name, report))
         case let .log(text):
             say("\(name): \(text)")
         case .line:

@@ -51,6 +51,25 @@ public enum StatusJSON {
         return object
     }
 
+    /// A connection's report as an event object (`serve`'s control socket, the C API's
+    /// connection callback): `{"event": "connection-opened" | "connection-closed" |
+    /// "connection-refused", "connection": N, "bridge": "host:5000" or "proxy": true,
+    /// "destination", "source", "failure"?, "bytes_to_terminal"/"bytes_to_host" when closed}`.
+    public static func connection(_ report: ConnectionReport) -> [String: Any] {
+        var object: [String: Any] = ["event": "connection-" + report.phase.rawValue, "connection": report.number,
+                                     "destination": report.destination, "source": report.source]
+        switch report.carrier {
+        case let .bridge(spec): object["bridge"] = spec.description
+        case .proxy: object["proxy"] = true
+        }
+        if let failure = report.failure { object["failure"] = failure }
+        if report.phase == .closed {
+            object["bytes_to_terminal"] = report.bytesToTerminal
+            object["bytes_to_host"] = report.bytesToHost
+        }
+        return object
+    }
+
     /// `object` as JSON text and a newline; keys sorted so the file reads the same each time.
     public static func line(_ object: [String: Any]) -> String {
         guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else { return "{}\n" }

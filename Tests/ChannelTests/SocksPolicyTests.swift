@@ -552,6 +552,50 @@ struct SocksPolicyChannelTests {
         await opened.cleanUp()
     }
 
+    /// Every connection through the proxy and the bridges is reported: a refusal with what was
+    /// asked and why, one that carried data opened and closed under one number with its bytes,
+    /// and a bridge's with the host client as its source.
+    @Test func connectionsAreReportedOneByOneWithDestinationOutcomeAndBytes() async throws {
+        let port = Host.freePort()
+        let server = try LoopbackServer(port: port, mode: .echo)
+        defer { server.stop() }
+        let target = TCPEndpoint(IPv4Address(127, 0, 0, 1), port)
+        let echoPort = Host.freePort()
+        let rig = try PtyRig(echoPorts: [echoPort]) { $0.socks?.allow = [SocksDestination(host: "127.0.0.1", port: port)] }
+        let reports = Locked<[ConnectionReport]>([])
+        rig.channel.observe { if case let .connection(r) = $0 { reports.mutate { $0.append(r) } } }
+        let a = try await rig.open()
+        let socks = TCPEndpoint(a.ip, 1080)
+        // Refused: the port is not on the allow-list.
+        let other = Host.freePort()
+        #expect(try await transfer(rig, to: TCPEndpoint(IPv4Address(127, 0, 0, 1), other), via: socks, payload: Array("no".utf8)).outcome
+            == "socks reply 2")
+        // Carried: 3000 bytes there and back.
+        let payload = Host.random(3000, seed: 4)
+        let r = try await transfer(rig, to: target, via: socks, payload: payload)
+        #expect(r.outcome == "closed" && r.received == payload)
+        // A bridge from a host client to the terminal's echo.
+        try rig.channel.addBridge(.hostToTerminalLocal, port: echoPort)
+        let echoed = try #require(await Host.exchange(TCPEndpoint(IPv4Address(127, 0, 0, 1), echoPort), Host.random(5000, seed: 5)))
+        #expect(echoed.bytes.count == 5000)
+        for _ in 0..<200 where reports.value.filter({ $0.phase == .closed }).count < 2 { try await Task.sleep(for: .milliseconds(20)) }
+        let seen = reports.value
+        for report in seen { print("connection report: \(report)") }
+        let refused = try #require(seen.first { $0.phase == .refused })
+        #expect(refused.carrier == .proxy && refused.destination == "127.0.0.1:\(other)" && refused.number == 0)
+        #expect(refused.failure == "not on the allow-list" && refused.source.hasPrefix("\(a.terminalIP):"))
+        let proxied = seen.filter { $0.carrier == .proxy && $0.phase != .refused }
+        #expect(proxied.map(\.phase) == [.opened, .closed], "\(proxied)")
+        #expect(proxied.allSatisfy { $0.number == proxied[0].number && $0.destination == "\(target)" })
+        #expect(proxied.last?.bytesToHost == 3000 && proxied.last?.bytesToTerminal == 3000 && proxied.last?.failure == nil)
+        let bridged = seen.filter { $0.carrier == .bridge(BridgeSpec(.hostToTerminalLocal, port: echoPort)) }
+        #expect(bridged.map(\.phase) == [.opened, .closed], "\(bridged)")
+        #expect(bridged.last?.bytesToTerminal == 5000 && bridged.last?.bytesToHost == 5000)
+        #expect(bridged.first?.destination == "\(a.terminalIP):\(echoPort)" && bridged.first?.source.hasPrefix("127.0.0.1:") == true)
+        #expect(Set(seen.map(\.number)).subtracting([0]).count == 2, "each connection its own number")
+        await rig.cleanUp()
+    }
+
     @Test func aClientThatNeverFinishesItsHandshakeIsResetAfterTheTimeout() async throws {
         // The channel's loop on a clock the test moves ahead: the timeout falls due when the
         // test says, not after a second of waiting.

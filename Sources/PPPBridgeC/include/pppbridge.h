@@ -91,6 +91,17 @@ const char *pb_submask(pb_channel *channel);
 const char *pb_dns(pb_channel *channel);
 const char *pb_terminal_ip(pb_channel *channel);
 
+/* Every connection through the channel's bridges and proxy, as one JSON object (ICNetwork's
+ * per-connection calls): {"event":"connection-opened"|"connection-closed"|"connection-refused",
+ * "connection":N (its opened and closed share it; 0 for a refusal), "bridge":"host:5000" or
+ * "proxy":true, "destination" (the terminal's port, the host's, or what the terminal asked
+ * the proxy for: a name as asked, with the address it led to), "source", "failure" (why it
+ * was refused or failed), and when closed "bytes_to_terminal" and "bytes_to_host"}. Called on
+ * the loop's thread with create's context; the text is valid during the call only. NULL
+ * stops it. 0, or PB_INVALID. */
+typedef void (*pb_connection_fn)(pb_channel *channel, const char *event_json, void *context);
+int  pb_set_connection_callback(pb_channel *channel, pb_connection_fn fn);
+
 /* Closes the link without a word to the terminal if it is up and frees the channel; no
  * callback runs after it returns. 0, or PB_INVALID for a handle already destroyed (a second
  * destroy is harmless) or never created, and when called from a callback (nothing is done:

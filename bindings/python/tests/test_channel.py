@@ -18,6 +18,13 @@ def test_a_channel_opens_carries_a_bridge_and_closes(terminal):
         channel.add_bridge(pppbridge.BridgeKind.HOST_TO_TERMINAL_LOCAL, terminal.echo_port)
         payload = os.urandom(200_000)
         assert echo(terminal.echo_port, payload) == payload
+        # That connection, opened and closed under one number, with its bytes each way.
+        opened, closed = channel.next_event(timeout=10), channel.next_event(timeout=10)
+        assert isinstance(opened, pppbridge.Connection) and opened.phase == "opened"
+        assert opened.bridge == f"local:{terminal.echo_port}" and not opened.proxy
+        assert opened.destination == f"192.168.53.2:{terminal.echo_port}" and opened.source.startswith("127.0.0.1:")
+        assert closed.phase == "closed" and closed.number == opened.number > 0
+        assert (closed.bytes_to_terminal, closed.bytes_to_host, closed.failure) == (200_000, 200_000, None)
 
         with pytest.raises(pppbridge.BridgeExists) as e:
             channel.add_bridge(pppbridge.BridgeKind.HOST_TO_TERMINAL_LOCAL, terminal.echo_port)

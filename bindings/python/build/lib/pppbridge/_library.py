@@ -5,6 +5,7 @@ import os
 DID_OPEN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 DID_CLOSE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
 SERVICE_EVENT = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
+CONNECTION = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)
 
 _NAME = "libPPPBridgeC.so"
 
@@ -48,6 +49,7 @@ _signatures = {
     "pb_dns": (ctypes.c_char_p, [_c]),
     "pb_terminal_ip": (ctypes.c_char_p, [_c]),
     "pb_channel_destroy": (ctypes.c_int, [_c]),
+    "pb_set_connection_callback": (ctypes.c_int, [_c, CONNECTION]),
     "pb_service_open": (_c, [ctypes.c_char_p, SERVICE_EVENT, _c]),
     "pb_service_request": (ctypes.c_int, [_c, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]),
     "pb_service_add_bridge": (ctypes.c_int, [_c, ctypes.c_char_p, ctypes.c_char_p]),

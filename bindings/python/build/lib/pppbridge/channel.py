@@ -2,10 +2,12 @@
 import ctypes
 import dataclasses
 import enum
+import json
 import os
 import threading
+import typing
 
-from ._library import DID_CLOSE, DID_OPEN, lib
+from ._library import CONNECTION, DID_CLOSE, DID_OPEN, lib
 from .errors import ChannelClosed, CloseReason, InvalidArgument, OpenFailed, check
 from .events import EventQueue
 
@@ -38,6 +40,36 @@ class Closed:
     reason: CloseReason
 
 
+@dataclasses.dataclass(frozen=True)
+class Connection:
+    """One connection through a bridge or the proxy (ICNetwork's per-connection calls):
+    `phase` "opened", "closed" (its bytes each way, and `failure` when it did not end
+    cleanly) or "refused" (never made; `failure` says why). `number` is shared by a
+    connection's opened and closed events (0 for a refusal); `bridge` is "host:5000" and the
+    like, None for the proxy; `destination` is the terminal's port, the host's, or what the
+    terminal asked the proxy for."""
+
+    phase: str
+    number: int
+    bridge: typing.Optional[str]
+    destination: str
+    source: str
+    failure: typing.Optional[str] = None
+    bytes_to_terminal: int = 0
+    bytes_to_host: int = 0
+
+    @property
+    def proxy(self):
+        return self.bridge is None
+
+    @classmethod
+    def from_json(cls, text):
+        o = json.loads(text)
+        return cls(phase=o.get("event", "").replace("connection-", ""), number=o.get("connection", 0), bridge=o.get("bridge"),
+                   destination=o.get("destination", ""), source=o.get("source", ""), failure=o.get("failure"),
+                   bytes_to_terminal=o.get("bytes_to_terminal", 0), bytes_to_host=o.get("bytes_to_host", 0))
+
+
 _ADD = {
     BridgeKind.HOST_TO_TERMINAL: lib.pb_add_host_to_terminal_bridge,
     BridgeKind.HOST_TO_TERMINAL_LOCAL: lib.pb_add_host_to_terminal_bridge_local,
@@ -49,7 +81,8 @@ class Channel:
     """A channel on `device`: a serial device, a pty, or `tcp:HOST:PORT` / `rfc2217:HOST:PORT`
     on a device server. Host role: we are 192.168.53.1, the terminal 192.168.53.2.
 
-    Events (`Opened`, `Closed`) come through `next_event()` and `events()`; a callable given as
+    Events (`Opened`, `Closed`, and a `Connection` for each connection through a bridge or the
+    proxy) come through `next_event()` and `events()`; a callable given as
     `on_library_thread` is called with each on the library's thread (keep it short; it must not
     close or destroy the channel's handle itself: `destroy()` from it raises).
     """
@@ -67,11 +100,13 @@ class Channel:
         # Kept for the channel's life: ctypes frees a callback whose object is collected.
         self._did_open = DID_OPEN(self._opened)
         self._did_close = DID_CLOSE(self._closed)
+        self._connection_callback = CONNECTION(self._connection)
         handle = lib.pb_channel_create(device.encode(), None, self._did_open, self._did_close)
         if not handle:
             e = ctypes.get_errno()
             raise OSError(e, os.strerror(e), device)
         self._handle = handle
+        lib.pb_set_connection_callback(handle, self._connection_callback)
 
     # -- callbacks, on the library's thread --
 
@@ -87,6 +122,16 @@ class Channel:
         try:
             self._library_thread = threading.get_ident()
             self._record(Closed(CloseReason.of(reason)))
+        except Exception:
+            pass
+
+    def _connection(self, _handle, text, _context):
+        try:
+            self._library_thread = threading.get_ident()
+            event = Connection.from_json(text.decode("utf-8", "replace"))
+            self._events.put(event)
+            if self._on_library_thread is not None:
+                self._on_library_thread(event)
         except Exception:
             pass
 
