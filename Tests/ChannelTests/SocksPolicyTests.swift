@@ -596,6 +596,48 @@ struct SocksPolicyChannelTests {
         await rig.cleanUp()
     }
 
+    /// `outboundAddress`: the proxy's connections leave from that address of the host (the
+    /// server sees it as their source); one that is not the host's is a refusal that says so.
+    @Test func outboundConnectionsLeaveFromTheChosenAddress() async throws {
+        let port = Host.freePort()
+        let listener = try Host.listener(port: port, address: IPv4Address(0, 0, 0, 0))
+        defer { close(listener) }
+        let peer = Locked<String?>(nil)
+        Thread.detachNewThread {
+            var a = sockaddr_in()
+            var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let c = withUnsafeMutablePointer(to: &a) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { accept(listener, $0, &length) } }
+            guard c >= 0 else { return }
+            let bytes = withUnsafeBytes(of: a.sin_addr.s_addr) { Array($0) }
+            peer.mutate { $0 = bytes.map(String.init).joined(separator: ".") }
+            _ = Host.sendAll(c, Array("hi".utf8))
+            close(c)
+        }
+        let target = TCPEndpoint(IPv4Address(127, 0, 0, 1), port)
+        let rig = try PtyRig {
+            $0.socks?.allow = [SocksDestination(host: "127.0.0.1", port: port)]
+            $0.socks?.outboundAddress = IPv4Address(127, 0, 0, 2)
+        }
+        let a = try await rig.open()
+        let r = try await transfer(rig, to: target, via: TCPEndpoint(a.ip, 1080), payload: [])
+        #expect(r.received == Array("hi".utf8), "\(r)")
+        #expect(peer.value == "127.0.0.2")
+        await rig.cleanUp()
+
+        // An address that is not this host's: refused, and the report says why.
+        let elsewhere = try PtyRig {
+            $0.socks?.allow = [SocksDestination(host: "127.0.0.1", port: port)]
+            $0.socks?.outboundAddress = IPv4Address(192, 0, 2, 1)
+        }
+        let reports = Locked<[ConnectionReport]>([])
+        elsewhere.channel.observe { if case let .connection(r) = $0 { reports.mutate { $0.append(r) } } }
+        let b = try await elsewhere.open()
+        let refused = try await transfer(elsewhere, to: target, via: TCPEndpoint(b.ip, 1080), payload: [])
+        #expect(refused.outcome.hasPrefix("socks reply"), "\(refused)")
+        #expect(reports.value.first?.failure?.contains("bind 192.0.2.1") == true, "\(reports.value)")
+        await elsewhere.cleanUp()
+    }
+
     @Test func aClientThatNeverFinishesItsHandshakeIsResetAfterTheTimeout() async throws {
         // The channel's loop on a clock the test moves ahead: the timeout falls due when the
         // test says, not after a second of waiting.
