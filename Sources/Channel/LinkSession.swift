@@ -259,6 +259,9 @@ public final class LinkSession: LoopClient {
         guard downReason == nil else { return }
         let now = loop?.now ?? monotonicNow()
         output.removeAll()
+        // Not a word to the peer: telnet's answers and an escaped chunk waiting go too.
+        telnetPending.removeAll()
+        telnetPendingStart = 0
         link.lineDown(now: now)
         drain(now: now)
         finish(link.downReason ?? .lineHangUp)
@@ -318,7 +321,9 @@ public final class LinkSession: LoopClient {
 
     private func updateInterest() {
         guard let loop else { return }
-        let wantOutput = queuedBytes > 0 || telnetPendingStart < telnetPending.count
+        // A device server that suspended our output (RFC 2217's FLOWCONTROL-SUSPEND) is not
+        // watched for room: the socket stays writable, and watching it would spin the loop.
+        let wantOutput = telnetPendingStart < telnetPending.count || (queuedBytes > 0 && comPort?.outputSuspended != true)
         // Full: a packet or control frames did not fit and were dropped. A queue that merely
         // reached the limit is not: our own sources (TUN, the stack's TCP) fill it to the brim
         // while the line is busy, and pausing then would pause a peer of ours in turn. Reading
@@ -569,6 +574,7 @@ public final class LinkSession: LoopClient {
                 if n > 0 { record?.record(.sent, Array(chunk.prefix(n)), elapsedTenths: tenths(now)) }
             } catch {
                 // The line is gone; what was pending cannot be delivered.
+                if let remote = line.remote { report("pppbridge: \(remote): \(String(cString: strerror(error.errno)))") }
                 output.removeAll()
                 link.lineDown(now: now)
                 return
@@ -610,6 +616,8 @@ public final class LinkSession: LoopClient {
                 break
             }
         }
+        // After a hang-up nothing more is written, and what came with it is not PPP's.
+        guard link.downReason == nil else { return 0 }
         flushTelnet(now: now)
         return data
     }
@@ -623,6 +631,7 @@ public final class LinkSession: LoopClient {
                 do {
                     n = try writeLine(telnetPending[telnetPendingStart...])
                 } catch {
+                    if let remote = line.remote { report("pppbridge: \(remote): \(String(cString: strerror(error.errno)))") }
                     output.removeAll()
                     telnetPending.removeAll()
                     telnetPendingStart = 0
@@ -636,12 +645,14 @@ public final class LinkSession: LoopClient {
                 telnetPendingStart = 0
             }
             guard !output.isEmpty, comPort?.outputSuspended != true else { return }
-            let chunk = output.next.prefix(Self.telnetChunk)
-            var bytes = Array(chunk)
+            // Copied out of the queue before `written` changes it (a slice kept alive across
+            // that would have the queue's storage copied).
+            var bytes = Array(output.next.prefix(Self.telnetChunk))
+            let taken = bytes.count
             record?.record(.sent, bytes, elapsedTenths: tenths(now))
             if lineNoise != nil { lineNoise!.apply(&bytes) }
             comPort!.encode(bytes, into: &telnetPending)
-            output.written(chunk.count)
+            output.written(taken)
         }
     }
 

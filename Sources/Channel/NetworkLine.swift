@@ -1,3 +1,4 @@
+import CSystem
 import Glibc
 import NetStack
 import RemoteSerial
@@ -23,8 +24,9 @@ extension SerialLine {
     convenience init(network address: RemoteLineAddress, options: Options) throws(SystemError) {
         let family: Int32
         switch address.host {
-        case .ipv4: family = AF_INET
-        case .ipv6: family = AF_INET6
+        case let .ipv4(a) where a.count == 4: family = AF_INET
+        case let .ipv6(a) where a.count == 16: family = AF_INET6
+        default: throw SystemError("\(address): not an address", errno: EINVAL)
         }
         let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SystemError("socket for \(address)") }
@@ -76,14 +78,5 @@ extension SerialLine {
             settings = s
         }
         self.init(connected: fd, remote: address, comPort: settings, bitsPerSecond: options.speed)
-    }
-
-    /// The error a network line's connection ended with (SO_ERROR), for the hang-up's report.
-    var connectionError: Int32 {
-        guard remote != nil else { return 0 }
-        var e: Int32 = 0
-        var length = socklen_t(MemoryLayout<Int32>.size)
-        getsockopt(descriptor, SOL_SOCKET, SO_ERROR, &e, &length)
-        return e
     }
 }

@@ -66,9 +66,14 @@ final class ChannelRun {
         }
         defer { signals.cancel() }
         do { try channel.start() } catch let e {
-            // A line that could not be opened was reported by the channel's closed event.
-            if case .closed(.lineFailed) = e {} else { error("pppbridge: \(e)") }
-            return RunCommand.Status.openFailed
+            // A line that could not be opened was reported by the channel's closed event; a
+            // device server that refused is tried again with --persist (the closed event
+            // scheduled it), from the first open on as after.
+            if case let .closed(reason) = e, persist, !reasonIsFinal(reason) {
+            } else {
+                if case .closed(.lineFailed) = e {} else { error("pppbridge: \(e)") }
+                return RunCommand.Status.openFailed
+            }
         }
         var tick: (() -> Void)!
         tick = { [unowned self] in
@@ -135,9 +140,11 @@ final class ChannelRun {
     private func reasonIsFinal(_ r: ChannelCloseReason) -> Bool {
         switch r {
         case .authenticationFailed, .loopback: return true
-        case .lineFailed:
+        case let .lineFailed(message):
             // A device server that refuses (restarting, or its port held by another client) is
-            // tried again, as a hang-up is; a local device that cannot be opened is not there.
+            // tried again, as a hang-up is; a local device that cannot be opened is not there,
+            // and a capture that cannot be written will not be writable a second later.
+            if message.hasPrefix("capture:") { return true }
             if case let .device(d, _) = configuration.line, RemoteLineAddress.isNetworkName(d) { return false }
             return true
         default: return false

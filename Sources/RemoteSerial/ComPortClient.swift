@@ -213,12 +213,17 @@ public struct ComPortClient: Sendable {
             if (answer == .dont && c == .will) || (answer == .wont && c == .do) { counters.optionsRefused += 1 }
         }
         counters.optionsIgnored = options.ignored
-        guard !comPortSent, !comPortRefused else { return }
+        // A suspend is the option's: with the option off it cannot be resumed, so it ends.
+        if outputSuspended && !options.isOn(ours: .comPort) {
+            outputSuspended = false
+            events.append(.outputSuspended(false))
+        }
+        guard !comPortSent else { return }
         if options.isOn(ours: .comPort) {
             comPortSent = true
             sendSettings()
             events.append(.comPortAccepted)
-        } else if option == TelnetOption.comPort.rawValue && c == .dont {
+        } else if option == TelnetOption.comPort.rawValue && c == .dont && !comPortRefused {
             comPortRefused = true
             events.append(.comPortRefused)
         }
@@ -285,7 +290,9 @@ public struct ComPortClient: Sendable {
         case ComPortCommand.setStopSize.serverCode where value.count == 1:
             report.stopBits = value.first
         case ComPortCommand.setControl.serverCode where value.count == 1:
-            report.control = value.first
+            // SET-CONTROL's answers share one code: outbound flow control is 1–3 (DTR's and
+            // RTS's states, 7–12, are answers to our raising them).
+            if let v = value.first, (1...3).contains(v) { report.control = v }
         case ComPortCommand.notifyModemState.serverCode where value.count == 1:
             let state = value.first ?? 0
             report.modemState = state

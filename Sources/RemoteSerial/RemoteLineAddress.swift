@@ -48,10 +48,10 @@ public struct RemoteLineAddress: Sendable, Equatable, CustomStringConvertible {
         }
         guard let colon = rest.lastIndex(of: ":") else { return .failure(.noPort) }
         let hostText = rest[..<colon], portText = rest[rest.index(after: colon)...]
-        guard !portText.isEmpty, portText.count <= 5, portText.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }),
+        guard !portText.isEmpty, portText.count <= 5, portText.utf8.allSatisfy({ $0 >= 48 && $0 <= 57 }), portText.first != "0",
               let p = Int(portText), (1...65535).contains(p) else { return .failure(.badPort) }
         let host: Host
-        if hostText == "localhost" {
+        if hostText.lowercased() == "localhost" {
             host = .ipv4([127, 0, 0, 1])
         } else if hostText.hasPrefix("[") && hostText.hasSuffix("]") && hostText.count > 2 {
             guard let a = Self.ipv6(hostText.dropFirst().dropLast()) else { return .failure(.badHost) }
@@ -60,6 +60,13 @@ public struct RemoteLineAddress: Sendable, Equatable, CustomStringConvertible {
             host = .ipv4(a)
         } else {
             return .failure(.badHost)
+        }
+        // The unspecified address (0.0.0.0, ::) names no server; connecting to it reaches this
+        // host. An IPv6 link-local address needs a zone, which is not taken here.
+        switch host {
+        case let .ipv4(a) where a.allSatisfy({ $0 == 0 }): return .failure(.badHost)
+        case let .ipv6(a) where a.allSatisfy({ $0 == 0 }) || (a[0] == 0xFE && a[1] & 0xC0 == 0x80): return .failure(.badHost)
+        default: break
         }
         return .success(RemoteLineAddress(kind: kind, host: host, port: UInt16(p)))
     }
@@ -72,7 +79,7 @@ public struct RemoteLineAddress: Sendable, Equatable, CustomStringConvertible {
             case .notANetworkLine: return "not a network line (tcp:HOST:PORT or rfc2217:HOST:PORT)"
             case .noPort: return "a network line is tcp:HOST:PORT or rfc2217:HOST:PORT; no port given"
             case .badPort: return "the port must be decimal digits, 1 to 65535"
-            case .badHost: return "the host must be a numeric IPv4 address, an IPv6 address in brackets, or localhost"
+            case .badHost: return "the host must be a numeric IPv4 address, an IPv6 address in brackets (not link-local), or localhost; not the unspecified address"
             }
         }
     }
@@ -85,11 +92,14 @@ public struct RemoteLineAddress: Sendable, Equatable, CustomStringConvertible {
     /// shortest form is not attempted; groups are written in full hex).
     public var hostText: String {
         switch host {
-        case let .ipv4(a): return a.map(String.init).joined(separator: ".")
-        case let .ipv6(a):
+        case let .ipv4(a) where a.count == 4: return a.map(String.init).joined(separator: ".")
+        case let .ipv6(a) where a.count == 16:
             var groups: [String] = []
             for i in stride(from: 0, to: 16, by: 2) { groups.append(String(UInt16(a[i]) << 8 | UInt16(a[i + 1]), radix: 16)) }
             return "[" + groups.joined(separator: ":") + "]"
+        default:
+            // Made by a program with the wrong number of bytes (`parse` never does).
+            return "invalid"
         }
     }
 

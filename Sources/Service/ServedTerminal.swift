@@ -89,7 +89,11 @@ final class ServedTerminal {
         self.publish = publish
         self.say = say
         self.descriptors = descriptors
-        supervisor = TerminalSupervisor(holdoff: .seconds(file.holdoff), maxfail: file.maxfail)
+        // A device server is never given up on: a failed connection (it is rebooting, or its
+        // network is down) is tried again after each holdoff, however many there were; only
+        // a local device that keeps failing to open is left closed after maxfail.
+        let network = RemoteLineAddress.isNetworkName(file.device)
+        supervisor = TerminalSupervisor(holdoff: .seconds(file.holdoff), maxfail: network ? 0 : file.maxfail)
         bridges = file.options.bridges
         var configuration = file.options.channelConfiguration
         configuration.descriptorShare = descriptors

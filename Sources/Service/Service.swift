@@ -1,4 +1,5 @@
 import Channel
+import RemoteSerial
 import CSystem
 import Foundation
 import Glibc
@@ -146,8 +147,12 @@ final class Service {
     /// to the same device.
     private func deviceHolder(of file: TerminalFile, except name: String) -> String? {
         let line = LineIdentity(path: file.device)
+        // One device server port, however it is written (tcp: or rfc2217:, localhost or
+        // 127.0.0.1): two terminals on it would interleave two links on one serial line.
+        let remote = try? RemoteLineAddress.parse(file.device).get()
         func same(_ other: TerminalFile) -> Bool {
-            other.device == file.device || (line != nil && LineIdentity(path: other.device) == line)
+            if let remote, let o = try? RemoteLineAddress.parse(other.device).get() { return o.host == remote.host && o.port == remote.port }
+            return other.device == file.device || (line != nil && LineIdentity(path: other.device) == line)
         }
         if let t = terminals.values.first(where: { $0.name != name && !$0.retired && same($0.file) }) { return t.name }
         return pending.first(where: { $0.key != name && same($0.value) })?.key

@@ -34,17 +34,22 @@ final class DeviceServer {
     }
 
     /// Starts it in the foreground (no daemon, no mDNS worth waiting for) and waits until both
-    /// ports accept.
+    /// ports listen. Seen in the kernel's table rather than by connecting: a connection would
+    /// have ser2net open the device, and hold it a moment after, refusing the next client.
     func start() async throws {
         child = try ChildProcess(Self.binary, ["-n", "-d", "-c", directory + "/ser2net.yaml"], output: log)
-        let up = await eventually(15) {
-            [self.rawPort, self.telnetPort].allSatisfy { port in
-                guard case let .success(fd) = Host.connect(TCPEndpoint(IPv4Address(127, 0, 0, 1), port)) else { return false }
-                close(fd)
-                return true
-            }
-        }
+        let up = await eventually(15) { Self.listening(self.rawPort) && Self.listening(self.telnetPort) }
         guard up else { throw InteropError("ser2net did not listen: \(output)") }
+    }
+
+    /// A socket in LISTEN (state 0A) on 127.0.0.1:`port` in /proc/net/tcp.
+    static func listening(_ port: UInt16) -> Bool {
+        guard let table = try? String(contentsOfFile: "/proc/net/tcp", encoding: .utf8) else { return false }
+        let local = "0100007F:" + String(format: "%04X", port)
+        return table.split(separator: "\n").contains { line in
+            let fields = line.split(separator: " ")
+            return fields.count > 3 && fields[1] == local && fields[3] == "0A"
+        }
     }
 
     func stop() async {
@@ -146,7 +151,7 @@ final class SimulatorProcess {
         try await server.start()
         let status = dir + "/status.json"
         let bridge = try BridgeProcess(["--device", "rfc2217:127.0.0.1:\(server.telnetPort)", "--speed", "57600", "--bridge", "host:\(simulator.echoPort)",
-                                        "--no-dns-relay", "--status-json", status], capture: false)
+                                        "--no-dns-relay", "--persist", "--status-json", status], capture: false)
         defer { bridge.cleanUp() }
         #expect(await eventually(30) { bridge.has("bridge host→terminal on port \(simulator.echoPort)") }, "\(bridge.output)")
         #expect(bridge.has("COM-PORT-OPTION taken; set 57600 8N1"), "\(bridge.output)")

@@ -138,6 +138,21 @@ private func commands(_ bytes: [UInt8]) -> [[UInt8]] {
         #expect(c.takeEvents() == [.outputSuspended(true), .outputSuspended(false)])
     }
 
+    @Test func aSuspendEndsWithTheOptionAndTheReportKeepsFlowControlApartFromDTRAndRTS() {
+        var (c, _) = started()
+        _ = feed(&c, ser2netGreeting)
+        _ = c.takeEvents()
+        // Answers to flow control none (1), DTR on (8), RTS on (11): the report keeps the first.
+        _ = feed(&c, subnegotiation(105, [1]) + subnegotiation(105, [8]) + subnegotiation(105, [11]))
+        #expect(c.report.control == 1)
+        _ = feed(&c, subnegotiation(108, []))
+        #expect(c.outputSuspended)
+        // The server turns COM-PORT-OPTION off: nothing could resume us, so the suspend ends.
+        _ = feed(&c, [IAC, DONT, 44])
+        #expect(!c.outputSuspended)
+        #expect(c.takeEvents() == [.outputSuspended(true), .outputSuspended(false)])
+    }
+
     @Test func aRefusedComPortIsSaid() {
         var (c, _) = started()
         _ = feed(&c, [IAC, DONT, 44])

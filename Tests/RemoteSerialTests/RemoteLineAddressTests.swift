@@ -17,16 +17,18 @@ import Testing
         #expect(full.host == .ipv6([0x20, 0x01, 0x0D, 0xB8] + [UInt8](repeating: 0, count: 11) + [2]))
     }
 
-    @Test func whatIsNotANetworkLineOrIsMalformedIsRefusedWithAReason() {
+    @Test func whatIsNotANetworkLineOrIsMalformedIsRefusedWithAReason() throws {
         #expect(!RemoteLineAddress.isNetworkName("/dev/ttyACM0"))
         #expect(RemoteLineAddress.parse("/dev/ttyACM0") == .failure(.notANetworkLine))
         #expect(RemoteLineAddress.parse("tcp:127.0.0.1") == .failure(.noPort))
         #expect(RemoteLineAddress.parse("tcp:") == .failure(.noPort))
-        for port in ["0", "65536", "+17", "-1", "1e3", "", "0x10", "123456", " 80"] {
+        #expect(try RemoteLineAddress.parse("tcp:LocalHost:80").get().host == .ipv4([127, 0, 0, 1]))
+        for port in ["0", "65536", "+17", "-1", "1e3", "", "0x10", "123456", " 80", "080", "00080"] {
             #expect(RemoteLineAddress.parse("tcp:127.0.0.1:\(port)") == .failure(.badPort), "\(port)")
         }
         for host in ["", "example.com", "127.0.0.256", "127.0.0", "0127.0.0.1", "010.0.0.1", "1.2.3.4.5", "[::1", "[]", "[1:2:3:4:5:6:7:8:9]",
-                     "[1::2::3]", "[12345::]", "[::g]", "[::1.2.3]"] {
+                     "[1::2::3]", "[12345::]", "[::g]", "[::1.2.3]",
+                     "0.0.0.0", "[::]", "[fe80::1]", "[FE80::abcd]"] {
             #expect(RemoteLineAddress.parse("rfc2217:\(host):80") == .failure(.badHost), "\(host)")
         }
     }
