@@ -228,3 +228,36 @@ import Testing
         #expect(service.terminalNames.isEmpty)
     }
 }
+
+/// A terminal on a device server is never given up on: refused connections are failed opens,
+/// tried again after every holdoff however many there were (a local device would be left
+/// closed after maxfail). On virtual time, against a loopback port nobody listens on.
+@Suite struct NetworkLineServiceTests {
+    @Test func aRefusingDeviceServerIsTriedAgainPastMaxfail() async throws {
+        let scratch = try ServiceScratch()
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = UInt32(0x7F00_0001).bigEndian
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        // A port bound and never listened on: connections to it are refused, and nobody else
+        // takes it meanwhile.
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
+        defer { close(listener) }
+        let port = UInt16(bigEndian: address.sin_port)
+        try "device tcp:127.0.0.1:\(port)\nholdoff 1\nmaxfail 2\n".write(toFile: scratch.path + "/t1.conf", atomically: true, encoding: .utf8)
+        chmod(scratch.path + "/t1.conf", 0o600)
+        let loop = try EventLoop(clock: VirtualClock())
+        let service = try TerminalService(directory: scratch.path, loop: loop)
+        var seen: [String] = []
+        service.observe { seen.append($0.json) }
+        service.start()
+        for _ in 0..<30 { loop.advance(by: .seconds(1)) }
+        let closes = seen.filter { $0.contains(#""event":"closed""#) }.count
+        #expect(closes >= 5, "\(seen)")
+        #expect(!seen.contains { $0.contains("gave-up") }, "\(seen)")
+        #expect(!service.request(.list).contains(#""state":"gave-up""#))
+        await service.stop()
+    }
+}

@@ -169,8 +169,9 @@ final class SimulatorProcess {
         print("ser2net rfc2217: the server answered \(port); the pty: \(stty.output.split(separator: ";").first ?? "")")
     }
 
-    /// A `serve` file naming an RFC 2217 line: the terminal opens, and data goes through.
-    @Test func aServeFileOnAnRFC2217Line() async throws {
+    /// A `serve` file naming a raw or an RFC 2217 line: the terminal opens, and data goes
+    /// through (over RFC 2217 the server's answers are in its status).
+    @Test(arguments: ["tcp", "rfc2217"]) func aServeFileOnANetworkLine(kind: String) async throws {
         let dir = try Self.directory()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let simulator = try SimulatorProcess(directory: dir)
@@ -181,7 +182,8 @@ final class SimulatorProcess {
         let conf = dir + "/conf"
         try FileManager.default.createDirectory(atPath: conf, withIntermediateDirectories: true)
         let control = dir + "/control"
-        try "device rfc2217:127.0.0.1:\(server.telnetPort)\nspeed 115200\nbridge host:\(simulator.echoPort)\nholdoff 1\n"
+        let port = kind == "tcp" ? server.rawPort : server.telnetPort
+        try "device \(kind):127.0.0.1:\(port)\nspeed 115200\nbridge host:\(simulator.echoPort)\nholdoff 1\n"
             .write(toFile: conf + "/lane1.conf", atomically: true, encoding: .utf8)
         chmod(conf + "/lane1.conf", 0o600)
         let serve = try ChildProcess(BridgeProcess.binary, ["serve", "--config", conf, "--control", control], output: dir + "/serve.log")
@@ -195,9 +197,13 @@ final class SimulatorProcess {
             list = (try? String(contentsOfFile: dir + "/serve.log", encoding: .utf8)) ?? ""
             return list.contains("lane1: open, ")
         }, "\(list)")
-        #expect(await Self.exchange(simulator.echoPort, 256 * 1024, seed: 14), "data through a served RFC 2217 line")
+        #expect(await Self.exchange(simulator.echoPort, 256 * 1024, seed: 14), "data through a served \(kind) line")
         let ctl = try await runCommand(BridgeProcess.binary, ["ctl", "--control", control, "status", "lane1"], timeout: 10)
-        #expect(ctl.output.contains("\"rfc2217\":{") && ctl.output.contains("\"baud\":115200"), "\(ctl.output)")
+        if kind == "rfc2217" {
+            #expect(ctl.output.contains("\"rfc2217\":{") && ctl.output.contains("\"baud\":115200"), "\(ctl.output)")
+        } else {
+            #expect(ctl.output.contains("\"state\":\"open\"") && !ctl.output.contains("\"rfc2217\""), "\(ctl.output)")
+        }
         await server.stop()
     }
 }
