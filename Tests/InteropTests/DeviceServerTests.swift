@@ -59,6 +59,14 @@ final class DeviceServer {
         child = nil
     }
 
+    /// `stop` for cleanup in a `defer` (the thread waits; a stopped ser2net exits at once).
+    func stopBlocking() {
+        child?.signal(SIGTERM)
+        _ = child?.waitBlocking(5)
+        child?.reap()
+        child = nil
+    }
+
     var output: String { String(decoding: FileManager.default.contents(atPath: log) ?? Data(), as: UTF8.self) }
 }
 
@@ -89,13 +97,34 @@ final class SimulatorProcess {
     }
 }
 
-@Suite(.serialized, .timeLimit(.minutes(5))) struct DeviceServerTests {
-    private static func directory() throws -> String {
-        let d = NSTemporaryDirectory() + "pppbridge-s2n-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true)
-        return d
+/// A simulated terminal's pty behind ser2net, in a directory of its own.
+final class DeviceServerRig {
+    let directory: String
+    let simulator: SimulatorProcess
+    let device: String
+    let server: DeviceServer
+
+    init() async throws {
+        directory = NSTemporaryDirectory() + "pppbridge-s2n-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        simulator = try SimulatorProcess(directory: directory)
+        guard let device = await simulator.device() else {
+            simulator.stop()
+            throw InteropError("the simulator made no pty")
+        }
+        self.device = device
+        server = try DeviceServer(device: device, directory: directory)
+        try await server.start()
     }
 
+    func cleanUp() {
+        server.stopBlocking()
+        simulator.stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
+
+@Suite(.serialized, .timeLimit(.minutes(5))) struct DeviceServerTests {
     private static func exchange(_ port: UInt16, _ count: Int, seed: UInt64) async -> Bool {
         let payload = Host.random(count, seed: seed)
         guard let r = await Host.exchange(TCPEndpoint(IPv4Address(127, 0, 0, 1), port), payload) else { return false }
@@ -111,13 +140,9 @@ final class SimulatorProcess {
     /// `run` on the raw TCP port: the link, a mebibyte through a bridge, ser2net restarted and
     /// the link back (`--persist`), and its counters on the status file.
     @Test func aRawTCPLineCarriesTheLinkAndComesBackAfterTheServerRestarts() async throws {
-        let dir = try Self.directory()
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        let simulator = try SimulatorProcess(directory: dir)
-        defer { simulator.stop() }
-        let device = try #require(await simulator.device(), "the simulator made no pty")
-        let server = try DeviceServer(device: device, directory: dir)
-        try await server.start()
+        let rig = try await DeviceServerRig()
+        defer { rig.cleanUp() }
+        let (dir, simulator, device, server) = (rig.directory, rig.simulator, rig.device, rig.server)
         let status = dir + "/status.json"
         let bridge = try BridgeProcess(["--device", "tcp:127.0.0.1:\(server.rawPort)", "--bridge", "host:\(simulator.echoPort)", "--no-dns-relay",
                                         "--persist", "--status-json", status], capture: false)
@@ -142,13 +167,9 @@ final class SimulatorProcess {
     /// says the speed we asked for), the server's answers are on the status file, and a
     /// mebibyte goes through a bridge.
     @Test func anRFC2217LineSetsThePortAndCarriesTheLink() async throws {
-        let dir = try Self.directory()
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        let simulator = try SimulatorProcess(directory: dir)
-        defer { simulator.stop() }
-        let device = try #require(await simulator.device(), "the simulator made no pty")
-        let server = try DeviceServer(device: device, directory: dir)
-        try await server.start()
+        let rig = try await DeviceServerRig()
+        defer { rig.cleanUp() }
+        let (dir, simulator, device, server) = (rig.directory, rig.simulator, rig.device, rig.server)
         let status = dir + "/status.json"
         let bridge = try BridgeProcess(["--device", "rfc2217:127.0.0.1:\(server.telnetPort)", "--speed", "57600", "--bridge", "host:\(simulator.echoPort)",
                                         "--no-dns-relay", "--persist", "--status-json", status], capture: false)
@@ -172,13 +193,9 @@ final class SimulatorProcess {
     /// A `serve` file naming a raw or an RFC 2217 line: the terminal opens, and data goes
     /// through (over RFC 2217 the server's answers are in its status).
     @Test(arguments: ["tcp", "rfc2217"]) func aServeFileOnANetworkLine(kind: String) async throws {
-        let dir = try Self.directory()
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        let simulator = try SimulatorProcess(directory: dir)
-        defer { simulator.stop() }
-        let device = try #require(await simulator.device(), "the simulator made no pty")
-        let server = try DeviceServer(device: device, directory: dir)
-        try await server.start()
+        let rig = try await DeviceServerRig()
+        defer { rig.cleanUp() }
+        let (dir, simulator, device, server) = (rig.directory, rig.simulator, rig.device, rig.server)
         let conf = dir + "/conf"
         try FileManager.default.createDirectory(atPath: conf, withIntermediateDirectories: true)
         let control = dir + "/control"
