@@ -142,7 +142,7 @@ final class DeviceServerRig {
     @Test func aRawTCPLineCarriesTheLinkAndComesBackAfterTheServerRestarts() async throws {
         let rig = try await DeviceServerRig()
         defer { rig.cleanUp() }
-        let (dir, simulator, device, server) = (rig.directory, rig.simulator, rig.device, rig.server)
+        let (dir, simulator, server) = (rig.directory, rig.simulator, rig.server)
         let status = dir + "/status.json"
         let bridge = try BridgeProcess(["--device", "tcp:127.0.0.1:\(server.rawPort)", "--bridge", "host:\(simulator.echoPort)", "--no-dns-relay",
                                         "--persist", "--status-json", status], capture: false)
@@ -195,7 +195,7 @@ final class DeviceServerRig {
     @Test(arguments: ["tcp", "rfc2217"]) func aServeFileOnANetworkLine(kind: String) async throws {
         let rig = try await DeviceServerRig()
         defer { rig.cleanUp() }
-        let (dir, simulator, device, server) = (rig.directory, rig.simulator, rig.device, rig.server)
+        let (dir, simulator, server) = (rig.directory, rig.simulator, rig.server)
         let conf = dir + "/conf"
         try FileManager.default.createDirectory(atPath: conf, withIntermediateDirectories: true)
         let control = dir + "/control"
