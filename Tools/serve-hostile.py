@@ -42,6 +42,8 @@ import tempfile
 import threading
 import time
 
+from proc_stats import cpu_seconds, rss_kib
+
 GET = b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
 
 
@@ -51,15 +53,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        return next((int(l.split()[1]) for l in f if l.startswith("VmRSS:")), 0)
 
 
 def percentile(values, q):

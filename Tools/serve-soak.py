@@ -47,30 +47,16 @@ import threading
 import time
 import urllib.request
 
+from proc_stats import fd_count, rss_kib, rss_split
+
 HOLDOFF = 1
 GRACE = 5
 
 
-def rss_kib(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
-def rss_split(pid):
-    """RssAnon (heap, stacks) and RssFile (code and data pages of the binary and libraries)."""
-    out = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(("RssAnon:", "RssFile:")):
-                out[line.split(":")[0]] = int(line.split()[1])
-    return out.get("RssAnon", 0), out.get("RssFile", 0)
 
 
-def fd_count(pid):
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def fd_targets(pid):
