@@ -38,7 +38,8 @@ struct ServeCommand {
                              (default 5)
       --maxfail N            pppd's maxfail: after N failed opens in a row (links that never
                              reached IPCP) the terminal is left closed until `ctl open`, a change
-                             of its file or its device coming back (default 10; 0: never)
+                             of its file or its device coming back (default 10; 0: never;
+                             a device server's line is never left closed)
 
     Under a service manager (NOTIFY_SOCKET set) it says READY=1 once the control socket
     listens and the configuration is read, STATUS= with the terminals up, WATCHDOG=1 at half
