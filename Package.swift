@@ -95,10 +95,10 @@ let package = Package(
             path: "Tools/Fuzz/PacketParsers"
         ),
 
-        .testTarget(name: "FramingTests", dependencies: ["Framing", "CCarrylessMultiply"]),
+        .testTarget(name: "FramingTests", dependencies: ["Framing", "CCarrylessMultiply", "NetStack"]),
         .testTarget(name: "PPPTests", dependencies: ["PPP", "Framing", "NetStack"]),
         .testTarget(name: "NetStackTests", dependencies: ["NetStack"]),
-        .testTarget(name: "RemoteSerialTests", dependencies: ["RemoteSerial"]),
+        .testTarget(name: "RemoteSerialTests", dependencies: ["RemoteSerial", "NetStack"]),
         .testTarget(name: "SimulationTests", dependencies: ["PPP", "NetStack", "Framing", "Crypto"]),
         .testTarget(name: "CaptureTests", dependencies: ["Capture", "Framing", "PPP", "NetStack", "Crypto"]),
         // Host-side helpers (loopback servers and clients) shared by the channel's tests.

@@ -6,12 +6,13 @@
 #                                   iproute2 (network namespaces), curl (through the SOCKS proxy) and
 #                                   strace (no listening socket in `pppbridge pay`), prometheus
 #                                   (promtool checks the service's metrics), gcc (the C API's
-#                                   example) and ser2net (a serial device server) for the tests
+#                                   example), ser2net (a serial device server) and python3-venv (the
+#                                   Python bindings' suite) for the tests
 set -euo pipefail
 
 packages=(libpcap-dev libssl-dev pkg-config)
 if [ "${1:-build}" = test ]; then
-    packages+=(tshark tcpdump ppp python3 iproute2 curl strace prometheus gcc ser2net)
+    packages+=(tshark tcpdump ppp python3 python3-venv iproute2 curl strace prometheus gcc ser2net)
 fi
 
 missing=()

@@ -34,12 +34,18 @@ private_source=$(dirname "$(readlink -f "$(command -v swift)")")/../lib/swift/li
 private_source=$(readlink -f "$private_source")
 private=$root/usr/lib/$multiarch/pppbridge
 install -d "$private"
-ldd "$built/libPPPBridgeC.so" | awk -v d="$private_source/" 'index($3, d) == 1 { print $3 }' | while read -r lib; do
-    install -m 0644 "$lib" "$private/"
+runtime=$(ldd "$built/libPPPBridgeC.so" | awk '$3 ~ /^\// { print $3 }' | while read -r lib; do
+    case "$(readlink -f "$lib")" in "$private_source"/*) echo "$lib" ;; esac
+done)
+[ -n "$runtime" ] || { echo "package-deb: no Swift runtime library found for libPPPBridgeC.so under $private_source" >&2; exit 1; }
+for lib in $runtime; do
+    install -m 0644 "$(readlink -f "$lib")" "$private/$(basename "$lib")"
     strip --strip-unneeded --remove-section=.comment --remove-section=.note "$private/$(basename "$lib")"
     patchelf --set-rpath '$ORIGIN' "$private/$(basename "$lib")"
 done
 patchelf --set-rpath '$ORIGIN/pppbridge' "$root/usr/lib/$multiarch/libPPPBridgeC.so.0.1.0"
+# The executable has the runtime built in: no search path of its own.
+patchelf --remove-rpath "$root/usr/bin/pppbridge"
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$root/usr/bin/pppbridge" "$root/usr/lib/$multiarch/libPPPBridgeC.so.0.1.0"
 install -D -m 0644 Sources/PPPBridgeC/include/pppbridge.h "$root/usr/include/pppbridge.h"
 install -d "$root/usr/lib/$multiarch/pkgconfig"
@@ -59,8 +65,8 @@ chmod 0644 "$root/usr/lib/$multiarch/pkgconfig/pppbridge.pc"
 
 # The unit and the udev rules, with the packaged paths.
 install -d "$root/lib/systemd/system" "$root/lib/udev/rules.d"
-sed -e 's|/usr/local/bin/pppbridge|/usr/bin/pppbridge|' -e 's|/etc/pppbridge/terminals\b|/etc/pppbridge/terminals.d|g' \
-    -e 's|^#   install .*||' Tools/systemd/pppbridge.service > "$root/lib/systemd/system/pppbridge.service"
+sed -e 's|/usr/local/bin/pppbridge|/usr/bin/pppbridge|' -e '/^#   install /d' -e '/^#   systemctl /s|^|#   (installed by the package) |' \
+    Tools/systemd/pppbridge.service > "$root/lib/systemd/system/pppbridge.service"
 install -m 0644 Tools/udev/90-pppbridge-terminals.rules "$root/lib/udev/rules.d/90-pppbridge-terminals.rules"
 chmod 0644 "$root/lib/systemd/system/pppbridge.service"
 install -D -m 0644 Tools/package/README.terminals.d "$root/etc/pppbridge/terminals.d/README"
@@ -77,23 +83,36 @@ install -D -m 0644 Tools/package/lintian-overrides "$root/usr/share/lintian/over
 
 # What the binaries need of the system: the packages of the libraries they name (NEEDED),
 # found where the dynamic linker finds them; the Swift runtime's are the package's own.
+# Every ELF file shipped, the private runtime's included, and each library it names must be
+# the package's own or belong to a Debian package: one that belongs to none fails the build.
 needed() {
     local file=$1
     readelf -d "$file" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | while read -r name; do
-        ldd "$file" | awk -v n="$name" '$1 == n && $3 ~ /^\// { print $3 }'
+        [ -e "$private/$name" ] && continue
+        # "name => path (address)", or for the dynamic linker "path (address)".
+        path=$(LD_LIBRARY_PATH="$private" ldd "$file" | awk -v n="$name" '$1 == n { print $3; exit } $1 ~ ("/" n "$") { print $1; exit }')
+        case "$path" in
+            /*) echo "$path" ;;
+            *) echo "package-deb: $file needs $name, found nowhere" >&2; echo "MISSING" ;;
+        esac
     done
 }
-depends=$( { needed "$root/usr/bin/pppbridge"; needed "$root/usr/lib/$multiarch/libPPPBridgeC.so.0.1.0"; } |
-    grep -v "^$private_source/" | sort -u | while read -r lib; do
-        dpkg -S "$(readlink -f "$lib")" 2>/dev/null || dpkg -S "$lib" 2>/dev/null || true
-    done | cut -d: -f1 | sort -u | while read -r pkg; do
-        v=$(dpkg-query -W -f='${Version}' "$pkg" | sed 's/-[^-]*$//; s/^[0-9]*://')
-        printf '%s (>= %s), ' "$pkg" "$v"
-    done)
+libraries=$(for f in "$root/usr/bin/pppbridge" "$root/usr/lib/$multiarch/libPPPBridgeC.so.0.1.0" "$private"/*.so; do needed "$f"; done | sort -u)
+if grep -q MISSING <<< "$libraries"; then exit 1; fi
+packages=$(for lib in $libraries; do
+    owner=$(dpkg -S "$(readlink -f "$lib")" 2>/dev/null || dpkg -S "$lib" 2>/dev/null || true)
+    [ -n "$owner" ] || { echo "package-deb: $lib belongs to no package" >&2; echo MISSING; continue; }
+    echo "${owner%%:*}"
+done | sort -u)
+if grep -q MISSING <<< "$packages"; then exit 1; fi
+depends=$(for pkg in $packages; do
+    v=$(dpkg-query -W -f='${Version}\n' "$pkg" | head -1 | sed 's/-[^-]*$//; s/^[0-9]*://')
+    printf '%s (>= %s), ' "$pkg" "$v"
+done)
 depends="${depends}adduser"
 
 install -d -m 0755 "$root/DEBIAN"
-install -m 0755 Tools/package/postinst "$root/DEBIAN/postinst"
+install -m 0755 Tools/package/postinst Tools/package/prerm Tools/package/postrm "$root/DEBIAN/"
 echo "/etc/pppbridge/terminals.d/README" > "$root/DEBIAN/conffiles"
 echo "libPPPBridgeC 0 pppbridge (>= $version)" > "$root/DEBIAN/shlibs"
 echo "activate-noawait ldconfig" > "$root/DEBIAN/triggers"
@@ -109,5 +128,6 @@ deb=dist/pppbridge_${version}_${arch}.deb
 dpkg-deb --root-owner-group --build "$root" "$deb" >&2
 echo "$deb"
 if [ "${1:-}" != --no-lintian ]; then
-    lintian --info --display-info "$deb" >&2 || true
+    # Errors and warnings fail the build; what lintian only notes is shown.
+    lintian --info --display-info --fail-on error,warning "$deb" >&2
 fi

@@ -6,7 +6,7 @@
 #   Tools/package-test-root.sh [DEB]        (needs root; uses this machine's Debian mirror)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-deb=${1:-$(ls dist/pppbridge_*.deb | tail -1)}
+deb=${1:-$(ls dist/pppbridge_*.deb | sort -V | tail -1)}
 suite=$(. /etc/os-release && echo "$VERSION_CODENAME")
 # The mirror apt already uses here.
 mirror=$(awk '/^URIs:/ { print $2; exit }' /etc/apt/sources.list.d/debian.sources 2>/dev/null ||
@@ -14,9 +14,16 @@ mirror=$(awk '/^URIs:/ { print $2; exit }' /etc/apt/sources.list.d/debian.source
 command -v debootstrap > /dev/null || apt-get install -y -qq debootstrap >&2
 root=$(mktemp -d /var/tmp/pppbridge-root.XXXXXX)
 cleanup() {
-    umount "$root/dev/pts" 2>/dev/null || true
-    umount "$root/proc" 2>/dev/null || true
-    rm -rf "$root"
+    # Every mount under the root (ours, and any debootstrap left), innermost first, lazily if
+    # busy; the root is removed only when none is left, and never across a file system.
+    findmnt -R -n -o TARGET --list "$root" 2>/dev/null | sort -r | while read -r m; do
+        [ "$m" = "$root" ] || umount -l "$m" 2>/dev/null || true
+    done
+    if findmnt -R -n -o TARGET --list "$root" 2>/dev/null | grep -qv "^$root\$"; then
+        echo "package-test-root: $root still has mounts; left in place" >&2
+    else
+        rm -rf --one-file-system "$root" "$root.log"
+    fi
 }
 trap cleanup EXIT
 debootstrap --variant=minbase "$suite" "$root" "$mirror" > "$root.log" 2>&1 || { tail -20 "$root.log"; exit 1; }

@@ -172,7 +172,8 @@ public enum ChannelEvent: Sendable, Equatable {
 }
 
 /// One connection a bridge or the proxy carried, or refused. Peer text (a name the terminal
-/// asked the proxy for) is escaped for printing (`PeerText`).
+/// asked the proxy for) is escaped where it is taken (`PeerText`): the fields are safe to
+/// print as they are.
 public struct ConnectionReport: Sendable, Equatable, CustomStringConvertible {
     public enum Phase: String, Sendable {
         /// Being made: the host socket is connecting, or our stack's connection to the terminal.
@@ -214,9 +215,9 @@ public struct ConnectionReport: Sendable, Equatable, CustomStringConvertible {
     public var description: String {
         var text = "\(carrier) connection"
         if number > 0 { text += " #\(number)" }
-        text += " \(phase.rawValue): \(PeerText.escaped(source)) → \(PeerText.escaped(destination))"
+        text += " \(phase.rawValue): \(source) → \(destination)"
         if phase == .closed { text += ", \(bytesToTerminal) B to the terminal, \(bytesToHost) B to the host" }
-        if let failure { text += " (\(PeerText.escaped(failure)))" }
+        if let failure { text += " (\(failure))" }
         return text
     }
 }
@@ -304,6 +305,28 @@ public final class Channel: @unchecked Sendable {
     private var opens = 0
     /// The number the next connection through a bridge or the proxy is reported with.
     private var nextConnectionNumber = 1
+
+    /// Refusals reported a second at most; beyond, counted and said with the next one
+    /// reported. A peer makes them at will (a LAN client at a full bridge, a terminal's SYNs
+    /// to a closed port), and every report reaches every subscriber.
+    static let refusalReportsPerSecond = 16
+    private var refusalWindow = (start: Instant(nanoseconds: 0), reported: 0, held: 0)
+
+    private func reportRefusal(_ report: ConnectionReport) {
+        let now = loop.now
+        if now - refusalWindow.start >= .seconds(1) { refusalWindow = (now, 0, refusalWindow.held) }
+        guard refusalWindow.reported < Self.refusalReportsPerSecond else {
+            refusalWindow.held += 1
+            return
+        }
+        refusalWindow.reported += 1
+        var r = report
+        if refusalWindow.held > 0 {
+            r.failure = (r.failure ?? "refused") + " (and \(refusalWindow.held) more refused since the last report)"
+            refusalWindow.held = 0
+        }
+        emit(.connection(r))
+    }
 
     private func reportConnection(_ carrier: ConnectionCarrier, _ relay: Relay, opened: Bool) {
         if opened {
@@ -508,8 +531,8 @@ public final class Channel: @unchecked Sendable {
         bridges.log = { [weak self] in self?.log($0) }
         bridges.onConnection = { [weak self] spec, relay, opened in self?.reportConnection(.bridge(spec), relay, opened: opened) }
         bridges.onRefused = { [weak self] spec, destination, source, why in
-            self?.emit(.connection(ConnectionReport(carrier: .bridge(spec), phase: .refused, number: 0, destination: destination, source: source,
-                                                    failure: why)))
+            self?.reportRefusal(ConnectionReport(carrier: .bridge(spec), phase: .refused, number: 0, destination: destination, source: source,
+                                                 failure: why))
         }
         attachment.add(bridges)
         let streams = TerminalStreams(loop: loop)
@@ -521,8 +544,8 @@ public final class Channel: @unchecked Sendable {
             proxy.log = { [weak self] in self?.log($0) }
             proxy.counters.onChange = { [weak self] relay, opened in self?.reportConnection(.proxy, relay, opened: opened) }
             proxy.onRefused = { [weak self] destination, source, why in
-                self?.emit(.connection(ConnectionReport(carrier: .proxy, phase: .refused, number: 0, destination: destination, source: source,
-                                                        failure: why)))
+                self?.reportRefusal(ConnectionReport(carrier: .proxy, phase: .refused, number: 0, destination: destination, source: source,
+                                                     failure: why))
             }
             attachment.add(proxy)
             socks = proxy

@@ -124,6 +124,10 @@ enum HostSocket {
         if let keepAlive { setKeepAlive(fd, keepAlive) }
         if let source {
             // Any free port on that address; the address must be this host's (EADDRNOTAVAIL).
+            // The port is chosen at connect, per destination (IP_BIND_ADDRESS_NO_PORT): bound
+            // here, one port per connection whatever its destination would run out at ~28k.
+            var on: Int32 = 1
+            setsockopt(fd, Int32(IPPROTO_IP), 24 /* IP_BIND_ADDRESS_NO_PORT */, &on, socklen_t(MemoryLayout<Int32>.size))
             var local = address(TCPEndpoint(source, 0))
             let r = withUnsafePointer(to: &local) {
                 $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }

@@ -86,9 +86,6 @@ final class Relay {
         self.destination = destination
         self.source = source
         HostSocket.setNoDelay(fd)
-        counters.value.connections += 1
-        counters.value.active += 1
-        counters.onChange?(self, true)
     }
 
     var pendingToHost: Int { toHost.count - toHostStart }
@@ -136,6 +133,12 @@ final class RelayTable {
     func add(_ r: Relay) {
         relays[r.id] = r
         r.attached = true
+        // Counted and reported once in the table: a report's reader may act on the channel
+        // (its callback may call in), and the relay is one of the channel's by then.
+        r.counters.value.connections += 1
+        r.counters.value.active += 1
+        r.counters.onChange?(r, true)
+        guard r.attached else { return }
         r.interest = wantedInterest(r)
         do {
             try watch(r)

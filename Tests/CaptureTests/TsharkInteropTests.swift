@@ -77,12 +77,23 @@ import Testing
 
     /// The values tshark shows are the ones our parsers read.
     func compareFields(_ row: Row, _ frame: PPPFrame, _ where_: String) throws {
+        // tshark read `field` from a packet it found whole (not malformed, no expert warning):
+        // our parser must read that packet too, or a regression in it would pass unseen.
+        func tsharkRead(_ field: String) -> Bool {
+            !row[field].isEmpty && row["_ws.malformed"].isEmpty && !row.severities.contains { $0 >= TsharkInteropTests.warning }
+        }
+        func rejected(_ what: String, _ field: String) {
+            #expect(!tsharkRead(field), "\(where_): tshark reads \(field) \(row[field]) but our parser rejects the \(what)")
+        }
         switch frame.protocol {
         case ProtocolNumber.lcp, ProtocolNumber.ipcp:
-            guard let packet = try? ControlPacket(parsing: frame.information) else { return }
+            guard let packet = try? ControlPacket(parsing: frame.information) else { return rejected("control packet", "ppp.code") }
             #expect(row["ppp.code"] == String(packet.code), "\(where_)")
             #expect(row["ppp.identifier"] == String(packet.identifier), "\(where_)")
-            guard ControlCode.carriesOptions(packet.code), let options = try? ConfigurationOption.parseList(packet.data) else { return }
+            guard ControlCode.carriesOptions(packet.code) else { return }
+            guard let options = try? ConfigurationOption.parseList(packet.data) else {
+                return rejected("options", "ppp.code")
+            }
             if frame.protocol == ProtocolNumber.lcp {
                 let magics = options.compactMap { o -> String? in
                     if case let .magicNumber(m) = LCPOption(o) { return "0x" + String(m, radix: 16).leftPadded(8) }
@@ -97,19 +108,23 @@ import Testing
                 #expect(row["ipcp.opt.pri_dns_address"] == (dns.first ?? ""), "\(where_)")
             }
         case ProtocolNumber.pap:
-            guard let packet = try? ControlPacket(parsing: frame.information),
-                  case let .authenticateRequest(_, peer, password)? = try? PAPPacket(packet) else { return }
+            guard let packet = try? ControlPacket(parsing: frame.information), let pap = try? PAPPacket(packet) else {
+                return rejected("PAP packet", "ppp.code")
+            }
+            guard case let .authenticateRequest(_, peer, password) = pap else { return }
             #expect(row["pap.peer_id"] == String(decoding: peer, as: UTF8.self), "\(where_)")
             #expect(row["pap.password"] == String(decoding: password, as: UTF8.self), "\(where_)")
         case ProtocolNumber.chap:
-            guard let packet = try? ControlPacket(parsing: frame.information), let chap = try? CHAPPacket(packet) else { return }
+            guard let packet = try? ControlPacket(parsing: frame.information), let chap = try? CHAPPacket(packet) else {
+                return rejected("CHAP packet", "ppp.code")
+            }
             switch chap {
             case let .challenge(_, _, name), let .response(_, _, name):
                 #expect(row["chap.name"] == String(decoding: name, as: UTF8.self), "\(where_)")
             default: break
             }
         case ProtocolNumber.ipv4:
-            guard let ip = frame.information.withUnsafeBytes({ try? IPv4Header(parsing: $0) }) else { return }
+            guard let ip = frame.information.withUnsafeBytes({ try? IPv4Header(parsing: $0) }) else { return rejected("IPv4 header", "ip.src") }
             #expect(row["ip.src"] == ip.source.description, "\(where_)")
             #expect(row["ip.dst"] == ip.destination.description, "\(where_)")
         default:

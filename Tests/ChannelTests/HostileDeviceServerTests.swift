@@ -45,9 +45,9 @@ private final class HostileDeviceServer: @unchecked Sendable {
 }
 
 @Suite(.serialized, .timeLimit(.minutes(3))) struct HostileDeviceServerTests {
-    private static func channel(_ device: String, loop: EventLoop = .shared) -> Channel {
+    private static func channel(_ device: String, loop: EventLoop = .shared, restart: Duration = .seconds(1)) -> Channel {
         var c = ChannelConfiguration(line: .device(device))
-        c.link.negotiation.restartInterval = .seconds(1)
+        c.link.negotiation.restartInterval = restart
         c.relayDNS = false
         c.socks = nil
         return Channel(configuration: c, loop: loop)
@@ -178,13 +178,17 @@ private final class HostileDeviceServer: @unchecked Sendable {
     /// A flood of line bytes (no telnet in it, no PPP either): read to the loop's budget, the
     /// loop stays free for another channel, and the link ends when the server does.
     @Test func aFloodingServerDoesNotHoldTheLoop() async throws {
+        // The flood goes on until the neighbour below is served (a minute at most), and LCP's
+        // Configure-Requests (5 s apart) outlast that: if the flood held the loop, the
+        // neighbour would be served only once the flood is over.
+        let stop = Locked<Bool>(false)
         let server = try HostileDeviceServer { c, _ in
             let chunk = Host.random(65536, seed: 3)
-            let end = monotonicNow() + .seconds(8)
-            while monotonicNow() < end { guard Host.sendAll(c, chunk) else { return } }
+            let end = monotonicNow() + .seconds(60)
+            while monotonicNow() < end && !stop.value { guard Host.sendAll(c, chunk) else { return } }
         }
         defer { server.stop() }
-        let channel = Self.channel("tcp:127.0.0.1:\(server.port)")
+        let channel = Self.channel("tcp:127.0.0.1:\(server.port)", restart: .seconds(5))
         let outcome = Task { await Self.opened(channel) }
         // Another link on the same loop comes up and carries data while the flood is read: the
         // flooded line is read to its budget per turn, and the rest wait their turn.
@@ -196,6 +200,7 @@ private final class HostileDeviceServer: @unchecked Sendable {
         let echoed = await Host.exchange(TCPEndpoint(IPv4Address(127, 0, 0, 1), echoPort), Host.random(100_000, seed: 6))
         #expect(echoed?.bytes.count == 100_000)
         #expect(!server.done.value, "the flood was over before the neighbour was served")
+        stop.mutate { $0 = true }
         await neighbour.cleanUp()
         let reason = await outcome.value
         #expect(reason == .lineHangUp, "\(String(describing: reason))")

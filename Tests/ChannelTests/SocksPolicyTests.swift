@@ -602,6 +602,8 @@ struct SocksPolicyChannelTests {
         let port = Host.freePort()
         let listener = try Host.listener(port: port, address: IPv4Address(0, 0, 0, 0))
         defer { close(listener) }
+        // accept(2) gives up after that: the thread below never outlives the test for long.
+        Host.setTimeout(listener, seconds: 30)
         let peer = Locked<String?>(nil)
         Thread.detachNewThread {
             var a = sockaddr_in()
@@ -636,6 +638,38 @@ struct SocksPolicyChannelTests {
         #expect(refused.outcome.hasPrefix("socks reply"), "\(refused)")
         #expect(reports.value.first?.failure?.contains("bind 192.0.2.1") == true, "\(reports.value)")
         await elsewhere.cleanUp()
+    }
+
+    /// Refusals a peer makes at will are reported 16 a second at most; the rest are counted
+    /// and said with the next report.
+    @Test func refusalReportsAreHeldToARateAndTheRestCounted() async throws {
+        let clock = LeapingClock()
+        let loop = try EventLoop(clock: clock)
+        try loop.startThread()
+        let port = Host.freePort()
+        // A bridge that takes no connection at all: every host client is refused.
+        let rig = try PtyRig(loop: loop) { $0.bridgeConnectionLimit = 0 }
+        let reports = Locked<[ConnectionReport]>([])
+        rig.channel.observe { if case let .connection(r) = $0 { reports.mutate { $0.append(r) } } }
+        _ = try await rig.open()
+        try rig.channel.addBridge(.hostToTerminalLocal, port: port)
+        for _ in 0..<40 {
+            if case let .success(fd) = Host.connect(TCPEndpoint(IPv4Address(127, 0, 0, 1), port)) { close(fd) }
+        }
+        for _ in 0..<500 where await loop.perform({ rig.channel.bridgeStatus[0].traffic.refused }) < 40 {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(await loop.perform { rig.channel.bridgeStatus[0].traffic.refused } == 40)
+        let burst = reports.value.count
+        #expect(burst >= 16 && burst < 40, "\(burst) of 40 refusals reported")
+        // A second later, the next refusal is reported with how many were held.
+        clock.leap(by: .seconds(2))
+        await loop.fullTurn()
+        if case let .success(fd) = Host.connect(TCPEndpoint(IPv4Address(127, 0, 0, 1), port)) { close(fd) }
+        for _ in 0..<500 where reports.value.count == burst { try await Task.sleep(for: .milliseconds(10)) }
+        let last = try #require(reports.value.last)
+        #expect(last.phase == .refused && last.failure?.contains("and \(40 - burst) more refused since the last report") == true, "\(last)")
+        await rig.cleanUp()
     }
 
     @Test func aClientThatNeverFinishesItsHandshakeIsResetAfterTheTimeout() async throws {

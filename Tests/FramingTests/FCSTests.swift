@@ -1,5 +1,6 @@
 import CCarrylessMultiply
 @testable import Framing
+import NetStack
 import Testing
 
 @Suite struct FCSTests {
@@ -101,17 +102,11 @@ import Testing
     }
 }
 
-/// A deterministic generator for tests (SplitMix64).
+/// A deterministic generator for tests: NetStack's SplitMix64, with the draws these tests use.
 struct TestRandom {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
+    private var generator: SplitMix64
+    init(seed: UInt64) { generator = SplitMix64(seed: seed) }
+    mutating func next() -> UInt64 { generator.next() }
     mutating func byte() -> UInt8 { UInt8(truncatingIfNeeded: next()) }
     mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
 }

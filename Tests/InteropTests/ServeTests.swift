@@ -187,7 +187,8 @@ import Testing
         children.append(try Self.terminal(lines + "/t1", echo: ports[1], log: directory + "/t1-again.log"))
         #expect(await eventually(20) { eventsText.components(separatedBy: #""event":"opened""#).count >= 2 && eventsText.contains(#""terminal":"t1","terminal_ip""#) }, "\(eventsText)")
         #expect(await Self.eventuallyEchoes(ports[1]))
-        #expect(eventsText.contains(#""bridge":"local:\#(ports[1])","event":"connection-opened","terminal":"t1""#), "\(eventsText)")
+        #expect(eventsText.split(separator: "\n").contains { $0.contains(#""bridge":"local:\#(ports[1])""#) && $0.contains(#""event":"connection-opened""#)
+            && $0.contains(#""destination":"192.168.53.2:\#(ports[1])""#) && $0.contains(#""terminal":"t1""#) }, "\(eventsText)")
 
         // A file added opens its terminal once its device appears; one removed closes its own.
         try "device \(lines)/t3\n".write(toFile: conf + "/t3.conf", atomically: true, encoding: .utf8)

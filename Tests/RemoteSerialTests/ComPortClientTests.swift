@@ -1,3 +1,4 @@
+import NetStack
 import Testing
 @testable import RemoteSerial
 
@@ -202,14 +203,8 @@ private func commands(_ bytes: [UInt8]) -> [[UInt8]] {
     }
 
     @Test func randomInputNeverTrapsAndDataNeverGrows() {
-        var seed: UInt64 = 0x9E37_79B9_7F4A_7C15
-        func next() -> UInt64 {
-            seed &+= 0x9E37_79B9_7F4A_7C15
-            var z = seed
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
+        var random = SplitMix64(seed: 2217)
+        func next() -> UInt64 { random.next() }
         var (c, _) = started()
         var written = 0
         for _ in 0..<2_000 {

@@ -1,6 +1,10 @@
-"""Finds and loads libPPPBridgeC.so, and declares the C API's signatures (pppbridge.h)."""
+"""Finds and loads libPPPBridgeC.so, declares the C API's signatures (pppbridge.h), and keeps
+every callback the library may call alive for as long as its handle is (a ctypes callback that
+is collected while C still holds it would be a jump into freed memory)."""
+import atexit
 import ctypes
 import os
+import threading
 
 DID_OPEN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 DID_CLOSE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p)
@@ -60,3 +64,47 @@ for _name, (_result, _arguments) in _signatures.items():
     _f = getattr(lib, _name)
     _f.restype = _result
     _f.argtypes = _arguments
+
+
+# The library's one loop thread, learnt from its first callback: the calls that wait for that
+# thread (destroy, close, a wait for an event) refuse to run on it.
+_library_thread = None
+
+
+def note_library_thread():
+    global _library_thread
+    _library_thread = threading.get_ident()
+
+
+def on_library_thread():
+    return _library_thread is not None and threading.get_ident() == _library_thread
+
+
+# handle -> (its callbacks, how to free it): released only once the library let go of it.
+_kept = {}
+_kept_lock = threading.Lock()
+
+
+def keep(handle, callbacks, free):
+    with _kept_lock:
+        _kept[handle] = (callbacks, free)
+
+
+def release(handle):
+    with _kept_lock:
+        _kept.pop(handle, None)
+
+
+@atexit.register
+def _free_all():
+    # Before the interpreter goes: no callback may run into a finalising one.
+    with _kept_lock:
+        handles = list(_kept.items())
+        _kept.clear()
+    if on_library_thread():
+        return
+    for handle, (_callbacks, free) in handles:
+        try:
+            free(handle)
+        except Exception:
+            pass

@@ -1,13 +1,21 @@
 """Events from the library's thread to the program's: a blocking queue and asyncio iterators.
 
 The library calls back on its own thread; nothing of the program's runs there unless it asked
-(`on_library_thread`). Each event is put in a bounded queue for `next_event()` and handed to
-every `events()` iterator's own asyncio loop with `call_soon_threadsafe`. A consumer that never
-takes its events loses the oldest once `limit` are waiting, and `dropped` counts them.
+(`on_library_thread`). Each event is put in a bounded queue for `next()` and handed to every
+`iterate()` iterator's own asyncio loop with `call_soon_threadsafe`. A consumer that does not
+keep up loses the oldest of its events once `limit` wait (an iterator: the newest, once `limit`
+are on their way to a loop that does not run them), and `dropped` counts them.
 """
 import asyncio
 import collections
 import threading
+
+
+class _Subscriber:
+    def __init__(self, loop):
+        self.loop = loop
+        self.queue = asyncio.Queue()
+        self.in_flight = 0  # handed to the loop, not yet run there
 
 
 class EventQueue:
@@ -15,7 +23,7 @@ class EventQueue:
         self._limit = limit
         self._waiting = collections.deque()
         self._condition = threading.Condition()
-        self._subscribers = []  # (loop, asyncio.Queue)
+        self._subscribers = []
         self.dropped = 0
 
     def put(self, event):
@@ -26,19 +34,24 @@ class EventQueue:
                 self.dropped += 1
             self._waiting.append(event)
             self._condition.notify_all()
-            subscribers = list(self._subscribers)
-        for loop, queue in subscribers:
+            deliver = []
+            for s in self._subscribers:
+                if s.in_flight + s.queue.qsize() >= self._limit:
+                    self.dropped += 1
+                else:
+                    s.in_flight += 1
+                    deliver.append(s)
+        for s in deliver:
             try:
-                loop.call_soon_threadsafe(self._deliver, queue, event)
+                s.loop.call_soon_threadsafe(self._deliver, s, event)
             except RuntimeError:
                 # That loop is closed: its iterator is gone with it.
-                self._unsubscribe(loop, queue)
+                self._unsubscribe(s)
 
-    def _deliver(self, queue, event):
-        if queue.qsize() >= self._limit:
-            queue.get_nowait()
-            self.dropped += 1
-        queue.put_nowait(event)
+    def _deliver(self, s, event):
+        with self._condition:
+            s.in_flight -= 1
+        s.queue.put_nowait(event)
 
     def next(self, timeout=None):
         """The oldest event not yet taken here, waiting up to `timeout` seconds (None: for
@@ -48,19 +61,18 @@ class EventQueue:
                 return None
             return self._waiting.popleft()
 
-    def _unsubscribe(self, loop, queue):
+    def _unsubscribe(self, s):
         with self._condition:
-            if (loop, queue) in self._subscribers:
-                self._subscribers.remove((loop, queue))
+            if s in self._subscribers:
+                self._subscribers.remove(s)
 
     async def iterate(self):
         """Every event from now on, in the calling task's event loop."""
-        loop = asyncio.get_running_loop()
-        queue = asyncio.Queue()
+        s = _Subscriber(asyncio.get_running_loop())
         with self._condition:
-            self._subscribers.append((loop, queue))
+            self._subscribers.append(s)
         try:
             while True:
-                yield await queue.get()
+                yield await s.queue.get()
         finally:
-            self._unsubscribe(loop, queue)
+            self._unsubscribe(s)

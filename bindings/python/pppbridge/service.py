@@ -3,10 +3,12 @@
 import ctypes
 import json
 import os
-import threading
+import sys
+import weakref
 
+from . import _library
 from ._library import SERVICE_EVENT, lib
-from .errors import InvalidArgument, check
+from .errors import Error, InvalidArgument, check
 from .events import EventQueue
 
 _REPLY_SIZE = 1 << 20
@@ -24,23 +26,32 @@ class Service:
         self.directory = directory
         self._events = EventQueue()
         self._on_library_thread = on_library_thread
-        self._library_thread = None
-        self._callback = SERVICE_EVENT(self._event)
-        handle = lib.pb_service_open(directory.encode(), self._callback, None)
+        self._handle = None
+        # Held weakly by its callback, which the library module keeps until the service is
+        # closed (see Channel).
+        me = weakref.ref(self)
+
+        def event(_h, text, _c):
+            _library.note_library_thread()
+            service = me()
+            if service is not None:
+                service._event(json.loads(text.decode("utf-8", "replace")))
+
+        callback = SERVICE_EVENT(event)
+        handle = lib.pb_service_open(directory.encode(), callback, None)
         if not handle:
             e = ctypes.get_errno()
             raise OSError(e, os.strerror(e), directory)
+        _library.keep(handle, (callback,), lib.pb_service_close)
         self._handle = handle
 
-    def _event(self, _handle, text, _context):
-        try:
-            self._library_thread = threading.get_ident()
-            event = json.loads(text.decode("utf-8", "replace"))
-            self._events.put(event)
-            if self._on_library_thread is not None:
+    def _event(self, event):
+        self._events.put(event)
+        if self._on_library_thread is not None:
+            try:
                 self._on_library_thread(event)
-        except Exception:
-            pass
+            except Exception:
+                sys.excepthook(*sys.exc_info())
 
     def _live(self):
         if self._handle is None:
@@ -52,6 +63,8 @@ class Service:
         raises the exception for its code (`NoSuchTerminal`, `BridgeExists`, ...)."""
         reply = ctypes.create_string_buffer(_REPLY_SIZE)
         code = lib.pb_service_request(self._live(), json.dumps(request).encode(), reply, _REPLY_SIZE)
+        if len(reply.value) >= _REPLY_SIZE - 1:
+            raise Error(f"the reply is longer than {_REPLY_SIZE - 1} bytes (cut)")
         answer = json.loads(reply.value.decode("utf-8", "replace") or "{}")
         check(code, answer.get("error", ""))
         return answer
@@ -80,9 +93,12 @@ class Service:
         """Closes every link (at most 5 s) and frees the service. Twice is harmless."""
         if self._handle is None:
             return
-        if threading.get_ident() == self._library_thread:
-            raise RuntimeError("close() from a callback on the library's thread")
-        lib.pb_service_close(self._handle)
+        if _library.on_library_thread():
+            raise RuntimeError("close() on the library's thread (from a callback)")
+        code = lib.pb_service_close(self._handle)
+        if code != 0:
+            raise InvalidArgument(f"the library refused to close the service ({code})", code=code)
+        _library.release(self._handle)
         self._handle = None
 
     def __enter__(self):
@@ -94,8 +110,7 @@ class Service:
 
     def __del__(self):
         try:
-            if self._handle is not None and threading.get_ident() != self._library_thread:
-                lib.pb_service_close(self._handle)
-                self._handle = None
+            if self._handle is not None and not _library.on_library_thread():
+                self.close()
         except Exception:
             pass

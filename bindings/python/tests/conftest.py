@@ -33,6 +33,7 @@ class Terminal:
         deadline = time.time() + 20
         while not os.path.islink(self.device):
             if time.time() > deadline or self.process.poll() is not None:
+                self.stop()
                 raise RuntimeError("the simulator made no pty: " + open(self.log.name).read())
             time.sleep(0.05)
 

@@ -8,7 +8,7 @@ from conftest import echo, free_port
 
 
 def test_a_channel_opens_carries_a_bridge_and_closes(terminal):
-    with pppbridge.Channel(terminal.device) as channel:
+    with pppbridge.Channel(terminal.device, connection_events=True) as channel:
         addresses = channel.open(timeout=30)
         assert addresses == pppbridge.Addresses(ip="192.168.53.1", submask="255.255.255.255", dns="192.168.53.1",
                                                 terminal_ip="192.168.53.2")
@@ -75,14 +75,35 @@ def test_events_in_asyncio_arrive_on_the_programs_loop(terminal):
     assert seen[1].reason == pppbridge.CloseReason.CLOSED_BY_US
 
 
-def test_callbacks_on_the_library_thread_only_when_asked(terminal):
+def test_callbacks_run_on_the_library_thread_when_asked_and_may_not_wait_there(terminal):
     import threading
-    threads = []
-    channel = pppbridge.Channel(terminal.device, on_library_thread=lambda e: threads.append(threading.get_ident()))
+    seen = []
+
+    def callback(event):
+        refused = None
+        try:
+            channel.close(timeout=1)
+        except RuntimeError as e:
+            refused = e
+        seen.append((threading.get_ident(), type(event), refused))
+
+    channel = pppbridge.Channel(terminal.device, on_library_thread=callback)
     channel.open(timeout=30)
-    assert threads and threads[0] != threading.get_ident()
+    # On another thread than this one; a wait for the library's thread refused there.
+    assert seen and seen[0][0] != threading.get_ident() and seen[0][1] is pppbridge.Opened
+    assert isinstance(seen[0][2], RuntimeError)
     channel.close(timeout=15)
     channel.destroy()
+
+
+def test_ports_out_of_range_are_refused_not_wrapped(terminal):
+    with pppbridge.Channel(terminal.device) as channel:
+        channel.open(timeout=30)
+        for port in (0, 65536, 70000, -1):
+            with pytest.raises(pppbridge.InvalidArgument):
+                channel.add_bridge(pppbridge.BridgeKind.HOST_TO_TERMINAL_LOCAL, port)
+        with pytest.raises(pppbridge.InvalidArgument):
+            channel.set_keepalive(-1, 10, 5)
 
 
 def test_a_missing_device_fails_to_open(directory):
@@ -95,13 +116,20 @@ def test_a_missing_device_fails_to_open(directory):
 
 
 def test_a_destroyed_channel_refuses_every_call(directory):
+    from pppbridge._library import lib
     channel = pppbridge.Channel(os.path.join(directory, "no-such-device"))
+    stale = channel._handle
     channel.destroy()
     channel.destroy()
     with pytest.raises(pppbridge.InvalidArgument):
         channel.add_bridge(pppbridge.BridgeKind.HOST_TO_TERMINAL, 5000)
     with pytest.raises(pppbridge.InvalidArgument):
         channel.open()
+    # The library itself, called with the stale handle: PB_INVALID, nothing followed.
+    assert lib.pb_open_channel(stale) == -6
+    assert lib.pb_add_host_to_terminal_bridge(stale, 5000) == -6
+    assert lib.pb_channel_destroy(stale) == -6
+    assert lib.pb_ip(stale) == b""
 
 
 def test_open_times_out_on_a_silent_line(directory):
@@ -109,10 +137,9 @@ def test_open_times_out_on_a_silent_line(directory):
     import pty
     controller, terminal_side = pty.openpty()
     try:
-        channel = pppbridge.Channel(os.ttyname(terminal_side))
-        with pytest.raises(TimeoutError):
-            channel.open(timeout=1)
-        channel.destroy()
+        with pppbridge.Channel(os.ttyname(terminal_side)) as channel:
+            with pytest.raises(TimeoutError):
+                channel.open(timeout=1)
     finally:
         os.close(controller)
         os.close(terminal_side)
