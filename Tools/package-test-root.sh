@@ -13,13 +13,13 @@ mirror=$(awk '/^URIs:/ { print $2; exit }' /etc/apt/sources.list.d/debian.source
          awk '/^deb / { print $2; exit }' /etc/apt/sources.list)
 command -v debootstrap > /dev/null || apt-get install -y -qq debootstrap >&2
 root=$(mktemp -d /var/tmp/pppbridge-root.XXXXXX)
+# The mount points at or under the root (ours, and any debootstrap left), innermost first.
+mounts() { awk -v r="$root" '$5 == r || index($5, r "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r; }
 cleanup() {
-    # Every mount under the root (ours, and any debootstrap left), innermost first, lazily if
-    # busy; the root is removed only when none is left, and never across a file system.
-    findmnt -R -n -o TARGET --list "$root" 2>/dev/null | sort -r | while read -r m; do
-        [ "$m" = "$root" ] || umount -l "$m" 2>/dev/null || true
-    done
-    if findmnt -R -n -o TARGET --list "$root" 2>/dev/null | grep -qv "^$root\$"; then
+    # Unmounted lazily if busy; the root is removed only when no mount is left, and never
+    # across a file system.
+    for m in $(mounts); do umount -l "$m" 2> /dev/null || true; done
+    if [ -n "$(mounts)" ]; then
         echo "package-test-root: $root still has mounts; left in place" >&2
     else
         rm -rf --one-file-system "$root" "$root.log"
