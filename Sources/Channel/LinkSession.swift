@@ -365,6 +365,12 @@ public final class LinkSession: LoopClient {
     private func finish(_ reason: LinkDownReason) {
         guard downReason == nil else { return }
         let now = loop?.now ?? monotonicNow()
+        // Over RFC 2217 the port is hung up too (DTR dropped), after the last frames; not
+        // when the connection itself is what ended.
+        if comPort != nil && reason != .lineHangUp {
+            comPort!.hangUp()
+            comPort!.takeOutput(into: &telnetPending)
+        }
         // Best effort for the last frames (a Terminate-Ack), then the captures are complete.
         flushPending(now: now)
         // A write that found the line gone took the link down after the last drain: its

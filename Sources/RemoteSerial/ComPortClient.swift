@@ -252,6 +252,17 @@ public struct ComPortClient: Sendable {
         comPort(.setModemStateMask, [ModemState.carrierDetect | ModemState.carrierDetectChanged])
     }
 
+    /// The line is let go: DTR dropped (SET-CONTROL 9), as pppd hangs up a local port when it
+    /// closes, so a terminal or modem that watches DTR sees the end rather than a server that
+    /// keeps the port as it was. Once, and only with COM-PORT-OPTION on.
+    public mutating func hangUp() {
+        guard options.isOn(ours: .comPort), !hungUp else { return }
+        hungUp = true
+        comPort(.setControl, [9])
+    }
+
+    private var hungUp = false
+
     private mutating func comPort(_ c: ComPortCommand, _ value: [UInt8]) {
         output += [TelnetCommand.iac.rawValue, TelnetCommand.sb.rawValue, TelnetOption.comPort.rawValue, c.rawValue]
         for b in value {

@@ -154,6 +154,22 @@ private func commands(_ bytes: [UInt8]) -> [[UInt8]] {
         #expect(c.takeEvents() == [.outputSuspended(true), .outputSuspended(false)])
     }
 
+    @Test func hangingUpDropsDTROnceAndOnlyWithTheOption() {
+        var (refused, _) = started()
+        _ = feed(&refused, [IAC, DONT, 44])
+        refused.hangUp()
+        var none: [UInt8] = []
+        refused.takeOutput(into: &none)
+        #expect(none.isEmpty, "no COM-PORT-OPTION, no SET-CONTROL")
+        var (c, _) = started()
+        _ = feed(&c, ser2netGreeting)
+        c.hangUp()
+        c.hangUp()
+        var out: [UInt8] = []
+        c.takeOutput(into: &out)
+        #expect(out == subnegotiation(5, [9]))
+    }
+
     @Test func aRefusedComPortIsSaid() {
         var (c, _) = started()
         _ = feed(&c, [IAC, DONT, 44])
