@@ -8,6 +8,17 @@
 #   Tools/package-deb.sh [--no-lintian]
 set -euo pipefail
 cd "$(dirname "$0")/.."
+Tools/install-deps.sh build
+# What packaging needs beyond the build: patchelf (RUNPATHs), lintian, dpkg-dev
+# (dpkg-architecture), binutils (readelf, strip).
+missing=()
+for p in patchelf lintian dpkg-dev binutils; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    if [ "$(id -u)" -eq 0 ]; then sudo=(); else sudo=(sudo); fi
+    "${sudo[@]}" apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >&2
+fi
 version=0.1.0
 arch=$(dpkg --print-architecture)
 multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || gcc -print-multiarch)

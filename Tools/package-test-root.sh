@@ -11,7 +11,7 @@ suite=$(. /etc/os-release && echo "$VERSION_CODENAME")
 # The mirror apt already uses here.
 mirror=$(awk '/^URIs:/ { print $2; exit }' /etc/apt/sources.list.d/debian.sources 2>/dev/null ||
          awk '/^deb / { print $2; exit }' /etc/apt/sources.list)
-command -v debootstrap > /dev/null || apt-get install -y -qq debootstrap >&2
+command -v debootstrap > /dev/null || apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends debootstrap >&2
 root=$(mktemp -d /var/tmp/pppbridge-root.XXXXXX)
 # The mount points at or under the root (ours, and any debootstrap left), innermost first.
 mounts() { awk -v r="$root" '$5 == r || index($5, r "/") == 1 { print $5 }' /proc/self/mountinfo | sort -r; }
