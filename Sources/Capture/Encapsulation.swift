@@ -8,6 +8,9 @@ public struct CarriedFrame: Sendable, Equatable {
     public var direction: Direction?
     /// Outer layers, outermost first, e.g. ["PPPoE 0x0011"] or ["PPPoE 0x3b1a", "L2TP 18994/54110"].
     public var via: [String]
+    /// Who put the frame on the wire, where the carrier says and no direction does: the
+    /// Ethernet source of a PPPoE session frame ("cc:05:0e:88:00:00").
+    public var sender: String? = nil
 }
 
 /// What one capture record holds.
@@ -100,7 +103,11 @@ public enum Encapsulation {
         }
         let payload = r[(offset + 2)...]
         switch etherType {
-        case EtherType.pppoeSession: pppoeSession(payload, via: via, to: &out)
+        case EtherType.pppoeSession:
+            let before = out.frames.count
+            pppoeSession(payload, via: via, to: &out)
+            let source = r[6..<12].map { String($0, radix: 16).leftPadded(to: 2) }.joined(separator: ":")
+            for i in before..<out.frames.count where out.frames[i].sender == nil { out.frames[i].sender = source }
         case EtherType.pppoeDiscovery: pppoeDiscovery(payload, to: &out)
         case EtherType.ipv4: ipv4(payload, via: via, depth: 0, to: &out)
         case EtherType.ipv6: ipv6(payload, via: via, depth: 0, to: &out)
@@ -133,7 +140,10 @@ public enum Encapsulation {
         guard depth <= maximumDepth else { return }
         let bytes = Array(p)
         guard let ip = bytes.withUnsafeBytes({ try? IPv4Header(parsing: $0) }), !ip.isFragment else { return }
+        let before = out.frames.count
         ipPayload(ip.protocol, bytes[ip.headerLength..<ip.totalLength], via: via, depth: depth, to: &out)
+        // PPP in GRE or L2TP: the tunnel endpoint that sent the packet sent the frame.
+        for i in before..<out.frames.count where out.frames[i].sender == nil { out.frames[i].sender = "\(ip.source)" }
     }
 
     /// RFC 8200 §3: a 40-byte header, then extension headers (§4) up to the upper-layer one.
@@ -253,4 +263,8 @@ public enum Encapsulation {
         let s = String(v, radix: 16)
         return String(repeating: "0", count: 4 - s.count) + s
     }
+}
+
+private extension String {
+    func leftPadded(to width: Int) -> String { count >= width ? self : String(repeating: "0", count: width - count) + self }
 }

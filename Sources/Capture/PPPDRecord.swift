@@ -21,7 +21,8 @@ public struct PPPDRecord: Sendable {
         bytes.count >= 5 && bytes[0] == 0x07
     }
 
-    public init(bytes: [UInt8]) throws(CaptureError) {
+    /// - Parameter maximumEntries: more entries than this is an error, raised as it is passed.
+    public init(bytes: [UInt8], maximumEntries: Int = .max) throws(CaptureError) {
         var i = 0
         var tenths: Int64 = 0
         var start: Int64 = 0
@@ -34,6 +35,7 @@ public struct PPPDRecord: Sendable {
             tenths = overflow ? .max : sum
         }
         loop: while i < bytes.count {
+            guard out.count < maximumEntries else { throw CaptureError("more than \(maximumEntries) entries") }
             let tag = bytes[i]
             switch tag {
             case 0x07:

@@ -45,7 +45,9 @@ public struct PcapReader: Sendable {
         return [0xA1B2_C3D4, 0xD4C3_B2A1, 0xA1B2_3C4D, 0x4D3C_B2A1, 0x0A0D_0D0A].contains(magic)
     }
 
-    public init(path: String) throws(CaptureError) {
+    /// - Parameter maximumRecords: more records than this is an error, raised before they are
+    ///   all held (a file of a million tiny records is input like any other).
+    public init(path: String, maximumRecords: Int = .max) throws(CaptureError) {
         var errorBuffer = [CChar](repeating: 0, count: Int(PCAP_ERRBUF_SIZE) + 1)
         guard let handle = pcap_open_offline(path, &errorBuffer) else {
             throw CaptureError("\(path): " + String(decoding: errorBuffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self))
@@ -58,6 +60,9 @@ public struct PcapReader: Sendable {
         while true {
             let r = pcap_next_ex(handle, &header, &data)
             if r == 1, let h = header, let d = data {
+                guard list.count < maximumRecords else {
+                    throw CaptureError("\(path): more than \(maximumRecords) records")
+                }
                 // The time stamp is whatever the file says: a ts_usec of 0x80000000 or a pcapng
                 // time near 2^63 reaches us as it is, so it is normalised and counted, not trusted.
                 let (time, adjusted) = CaptureTime.normalised(seconds: Int64(h.pointee.ts.tv_sec), microseconds: Int(h.pointee.ts.tv_usec))

@@ -9,6 +9,8 @@ public struct TraceFrame: Sendable, Equatable {
     public var direction: Direction?
     public var via: [String]
     public var frame: PPPFrame
+    /// The carrier's word on who sent it (`CarriedFrame.sender`), where there is no direction.
+    public var sender: String? = nil
 }
 
 /// A capture that is not PPP frame by frame: PPPoE discovery and the like.
@@ -45,22 +47,47 @@ public struct Trace: Sendable {
     public var truncatedAt: Int?
 
     /// Reads a pcap (via libpcap) or pppd record file, told apart by their first bytes.
-    public init(path: String) throws(CaptureError) {
+    /// - Parameters:
+    ///   - maximumBytes: a larger file is refused before it is read.
+    ///   - maximumFrames: more PPP frames than this is an error (records and frames are counted
+    ///     as they are read, so memory stays bounded by the limits, not by the file).
+    public init(path: String, maximumBytes: Int = .max, maximumFrames: Int = .max) throws(CaptureError) {
+        if maximumBytes < .max {
+            let size = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.intValue
+            if let size, size > maximumBytes {
+                throw CaptureError("\(path): \(size) bytes, more than the \(maximumBytes) read at most")
+            }
+        }
         guard let data = FileManager.default.contents(atPath: path) else {
             throw CaptureError("\(path): cannot read the file")
         }
+        guard data.count <= maximumBytes else {
+            throw CaptureError("\(path): more than the \(maximumBytes) bytes read at most")
+        }
         let bytes = [UInt8](data)
         if PcapReader.looksLikePcap(bytes) {
-            let reader = try PcapReader(path: path)
+            let reader = try PcapReader(path: path, maximumRecords: maximumFrames)
             guard LinkType(rawValue: reader.linkType) != nil else {
                 let known = LinkType.allCases.map { "\($0.rawValue) (\($0.name))" }.joined(separator: ", ")
                 throw CaptureError("\(path): link type \(reader.linkType) carries no PPP we read (known: \(known))")
             }
             self.init(pcap: reader)
         } else if PPPDRecord.looksLikeRecord(bytes) {
-            self.init(record: try PPPDRecord(bytes: bytes))
+            // A line's reads can be a byte each: a frame may take many entries.
+            let entries = maximumFrames < .max / 8 ? maximumFrames * 8 : .max
+            let record: PPPDRecord
+            do {
+                record = try PPPDRecord(bytes: bytes, maximumEntries: entries)
+            } catch {
+                throw CaptureError("\(path): \(error.message)")
+            }
+            self.init(record: record, maximumFrames: maximumFrames)
         } else {
             throw CaptureError("\(path): neither a pcap file nor a pppd record file")
+        }
+        // A record can carry several frames (tunnels, a serial line's read): counted once read.
+        guard frames.count <= maximumFrames else {
+            throw CaptureError("\(path): more than \(maximumFrames) PPP frames")
         }
     }
 
@@ -73,7 +100,7 @@ public struct Trace: Sendable {
             let contents = Encapsulation.contents(linkType: reader.linkType, record: record.data)
             for carried in contents.frames {
                 frames.append(TraceFrame(number: index + 1, time: record.time, direction: carried.direction,
-                                         via: carried.via, frame: carried.frame))
+                                         via: carried.via, frame: carried.frame, sender: carried.sender))
             }
             for note in contents.notes { notes.append(TraceNote(number: index + 1, time: record.time, text: note)) }
             problems += contents.problems.map { "#\(index + 1): \($0)" }
@@ -84,7 +111,7 @@ public struct Trace: Sendable {
     /// De-frames both directions of a pppd record file with our stream decoder. The decoders
     /// keep every byte (receive ACCM 0) and accept any length, as pppdump does: a trace shows
     /// what was on the line, not what one side's settings would have let through.
-    public init(record: PPPDRecord) {
+    public init(record: PPPDRecord, maximumFrames: Int = .max) {
         format = .pppdRecord
         truncatedAt = record.truncatedAt
         origin = CaptureTime(seconds: record.startTime, microseconds: 0)
@@ -99,8 +126,13 @@ public struct Trace: Sendable {
             for f in decoded {
                 frames.append(TraceFrame(number: frames.count + 1, time: time, direction: direction, via: [], frame: f))
             }
+            // One more than the limit says it was passed; the caller reports it.
+            if frames.count > maximumFrames { break }
         }
         sentCounters = sent.counters
         receivedCounters = received.counters
+        for (name, decoder) in [("sent", sent), ("received", received)] where decoder.isInsideFrame {
+            problems.append("the \(name) data ends inside a frame that no flag closed")
+        }
     }
 }

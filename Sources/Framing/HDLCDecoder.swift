@@ -88,6 +88,10 @@ public struct HDLCDecoder: Sendable {
 
     public mutating func resetCounters() { counters = DecoderCounters() }
 
+    /// Whether bytes have come since the last flag that no flag has ended yet (a frame cut
+    /// off, or one that never ends): a file's reader says so at its end.
+    public var isInsideFrame: Bool { !hunting && (length > 0 || overflowed || escaped) }
+
     private static func makeClasses(_ accm: UInt32) -> ByteClassTable {
         ByteClassTable { b in
             if b == HDLC.flag { return 1 }
