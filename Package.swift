@@ -5,7 +5,7 @@ let package = Package(
     name: "pppbridge",
     products: [
         // What terminal-proxy programs link.
-        .library(name: "PPPBridge", targets: ["Framing", "Wire", "PPP", "NetStack", "RemoteSerial", "Capture", "Crypto", "Payment", "Channel", "PaymentKit", "Service"]),
+        .library(name: "PPPBridge", targets: ["Framing", "Wire", "PPP", "NetStack", "RemoteSerial", "Capture", "Replay", "Crypto", "Payment", "Channel", "PaymentKit", "Service"]),
         // The channel for C and every language that calls C (Sources/PPPBridgeC/include/pppbridge.h).
         .library(name: "PPPBridgeC", type: .dynamic, targets: ["PPPBridgeC"]),
         .executable(name: "pppbridge", targets: ["pppbridge"]),
@@ -40,6 +40,8 @@ let package = Package(
         // Captures in and out (libpcap, pppd record files) and their one-line descriptions.
         .target(name: "Capture", dependencies: ["CPcap", "Framing", "PPP", "Wire"]),
         .target(name: "Crypto", dependencies: ["COpenSSL"]),
+        // A captured session played against our link and stack on virtual time.
+        .target(name: "Replay", dependencies: ["Capture", "Framing", "PPP", "NetStack", "Wire"]),
 
         // The payment layer's sans-IO core: DUKPT, PIN blocks, TR-31, the reader protocol's
         // framing and messages, the terminal's and gateway's decisions.
@@ -64,7 +66,7 @@ let package = Package(
         .target(name: "Simulation", dependencies: ["Channel", "NetStack", "PPP"]),
 
         // The command-line tool: its commands live in a library so tests can drive them.
-        .target(name: "PPPBridgeCLI", dependencies: ["Framing", "PPP", "NetStack", "RemoteSerial", "Capture", "Channel", "Crypto", "Payment", "PaymentKit", "Service", "Simulation"]),
+        .target(name: "PPPBridgeCLI", dependencies: ["Framing", "PPP", "NetStack", "RemoteSerial", "Capture", "Replay", "Channel", "Crypto", "Payment", "PaymentKit", "Service", "Simulation"]),
         .executableTarget(name: "pppbridge", dependencies: ["PPPBridgeCLI"]),
 
         // Benchmarks against a plain C implementation of RFC 1662's byte loop.
@@ -100,6 +102,8 @@ let package = Package(
         .testTarget(name: "NetStackTests", dependencies: ["NetStack"]),
         .testTarget(name: "RemoteSerialTests", dependencies: ["RemoteSerial", "NetStack"]),
         .testTarget(name: "SimulationTests", dependencies: ["PPP", "NetStack", "Framing", "Crypto"]),
+        .testTarget(name: "ReplayTests", dependencies: ["Replay", "Capture", "Framing", "PPP", "Wire"],
+                    exclude: ["ReplayManifest.txt", "Fixtures"]),
         .testTarget(name: "CaptureTests", dependencies: ["Capture", "Framing", "PPP", "NetStack", "Crypto"]),
         // Host-side helpers (loopback servers and clients) shared by the channel's tests.
         .target(name: "ChannelTestSupport", dependencies: ["Channel", "NetStack", "Crypto"], path: "Tests/ChannelTestSupport"),

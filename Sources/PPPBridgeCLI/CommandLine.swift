@@ -32,6 +32,8 @@ public struct CommandLineTool {
                     fault tests)
       decode FILE   print every PPP frame of a capture (pcap link types 1, 9, 50, 204, or a
                     pppd `record` file) in pppd's debug-log style, optionally writing a pcap
+      replay FILE   play a captured session against this build's link and stack on virtual
+                    time: the states it reaches and where its answers differ
 
     payments (a reader over PPP; the card stays in the reader, E2EE to the gateway):
       pay           take a payment: pay --amount 10.50 --currency EUR --gateway ADDR:PORT
@@ -54,6 +56,8 @@ public struct CommandLineTool {
         case "-h", "--help", "help":
             if rest.first == "decode" {
                 standardOutput(DecodeCommand.usage)
+            } else if rest.first == "replay" {
+                standardOutput(ReplayCommand.usage)
             } else if rest.first == "demo" {
                 standardOutput(DemoCommand.usage)
             } else if rest.first == "run" {
@@ -80,6 +84,8 @@ public struct CommandLineTool {
             return Status.success
         case "decode":
             return DecodeCommand(output: standardOutput, error: standardError).run(rest)
+        case "replay":
+            return ReplayCommand(output: standardOutput, error: standardError).run(rest)
         case "demo":
             return DemoCommand(output: standardOutput, error: standardError).run(rest)
         case "run":
