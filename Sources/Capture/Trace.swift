@@ -58,7 +58,11 @@ public struct Trace: Sendable {
                 throw CaptureError("\(path): \(size) bytes, more than the \(maximumBytes) read at most")
             }
         }
-        guard let data = FileManager.default.contents(atPath: path) else {
+        // Read at most one byte past the limit, whatever the path is (a FIFO or a device has
+        // no size to check first).
+        let handle = FileHandle(forReadingAtPath: path)
+        defer { try? handle?.close() }
+        guard let handle, let data = maximumBytes < .max ? try? handle.read(upToCount: maximumBytes + 1) ?? Data() : try? handle.readToEnd() ?? Data() else {
             throw CaptureError("\(path): cannot read the file")
         }
         guard data.count <= maximumBytes else {

@@ -60,9 +60,14 @@ public enum RecordedState: Sendable, Equatable, CustomStringConvertible {
         var connections: [RecordedConnection] = []
         var isn: [Int: (ours: UInt32?, peer: UInt32?)] = [:]
         func add(_ s: RecordedState) { if !states.contains(s) { states.append(s) } }
+        // The last PAP frame each side sent (0: ours, 1: the peer's): what an Ack answers.
+        var lastPAP: [RecordedFrame?] = [nil, nil]
+        // The connection open on each port pair (ours << 16 | peer's), by index.
+        var open: [UInt32: Int] = [:]
         for f in session.frames {
             let fromUs = f.side == ours
             if let p = controlPacket(f.frame) {
+                defer { if f.frame.protocol == ProtocolNumber.pap && p.code == PAPPacket.Code.request { lastPAP[fromUs ? 0 : 1] = f } }
                 switch (f.frame.protocol, p.code) {
                 case (ProtocolNumber.lcp, ControlCode.configureAck):
                     if fromUs { lcpAckedByUs = true } else { lcpAckedByPeer = true }
@@ -78,7 +83,9 @@ public enum RecordedState: Sendable, Equatable, CustomStringConvertible {
                         states.append(.terminated(byUs: by))
                     }
                 case (ProtocolNumber.pap, PAPPacket.Code.ack):
-                    let request = session.frames.last { $0.number < f.number && $0.side != f.side && $0.frame.protocol == ProtocolNumber.pap }
+                    // The first success counts; a peer may authenticate again and again.
+                    guard !states.contains(where: { if case .authenticated = $0 { return true } else { return false } }) else { break }
+                    let request = lastPAP[fromUs ? 1 : 0]
                     var name = ""
                     if let request, let rp = controlPacket(request.frame), case let .authenticateRequest(_, peerID, _)? = try? PAPPacket(rp) {
                         name = String(decoding: peerID, as: UTF8.self)
@@ -121,14 +128,17 @@ public enum RecordedState: Sendable, Equatable, CustomStringConvertible {
             guard let s = TCPView(ip) else { continue }
             let ourPort = fromUs ? s.sourcePort : s.destinationPort
             let peerPort = fromUs ? s.destinationPort : s.sourcePort
-            var index = connections.lastIndex { $0.ourPort == ourPort && $0.peerPort == peerPort && !$0.closed && !$0.reset }
+            let pair = UInt32(ourPort) << 16 | UInt32(peerPort)
+            var index = open[pair]
             if index == nil {
-                // A connection starts with a SYN; a segment of one that began before the capture is left out.
-                guard s.flags.contains(.syn) && !s.flags.contains(.ack) else { continue }
+                // A connection starts with a SYN; a segment of one that began before the capture
+                // is left out, as are connections past the replay's bound.
+                guard s.flags.contains(.syn) && !s.flags.contains(.ack), connections.count < ReplayBounds().connections else { continue }
                 connections.append(RecordedConnection(ourPort: ourPort, peerPort: peerPort,
                                                       ourAddress: fromUs ? s.ip.source : s.ip.destination,
                                                       peerAddress: fromUs ? s.ip.destination : s.ip.source, openedByUs: fromUs))
                 index = connections.count - 1
+                open[pair] = index
             }
             guard let i = index else { continue }
             var c = connections[i]
@@ -152,6 +162,7 @@ public enum RecordedState: Sendable, Equatable, CustomStringConvertible {
                 if c.finFromUs && c.finFromPeer { c.closed = true }
             }
             connections[i] = c
+            if c.closed || c.reset { open[pair] = nil }
         }
         return states + connections.filter(\.established).map { .tcp($0) }
     }

@@ -15,6 +15,10 @@ public struct ReplayBounds: Sendable, Equatable {
     public var steps = 2_000_000
     /// Frames our stack may send per recorded frame (plus a fixed allowance).
     public var sentPerRecorded = 8
+    /// TCP connections followed; a terminal's session has tens.
+    public var connections = 4096
+    /// Bytes of the recorded side's writes waiting for our stack's send buffer, per connection.
+    public var pendingBytes = 4 << 20
     public init() {}
 }
 
@@ -99,7 +103,8 @@ final class ReplayEngine {
         /// Bytes of ours scheduled (from the recording), written, and waiting to be written.
         var scheduled = 0
         var written = 0
-        var pending: [UInt8] = []
+        /// A slice: written bytes leave from its front without moving the rest.
+        var pending: ArraySlice<UInt8> = []
         var closeWanted = false
         var closeDone = false
         var read = 0
@@ -109,6 +114,9 @@ final class ReplayEngine {
         var resetByUs = false
     }
     private var flows: [FlowKey: Flow] = [:]
+    /// Flows with a connection of our stack's that has not closed: what the application
+    /// serves each turn.
+    private var live: Set<FlowKey> = []
     private var flowByID: [ConnectionID: FlowKey] = [:]
     private var recordedResets: Set<FlowKey> = []
     private var boundUDP: Set<UInt16> = []
@@ -214,7 +222,7 @@ final class ReplayEngine {
 
     private func log(_ line: String) {
         guard report.log.count < 20_000 else { return }
-        report.log.append("\(ReplayReport.seconds(Double(now.nanoseconds) / 1e9)) \(line)")
+        report.log.append("\(ReplayReport.seconds(Double(now.nanoseconds) / 1e9)) \(ReplayEngine.shortened(line))")
     }
 
     /// How many divergences of each kind were said; after three, the rest are counted.
@@ -232,7 +240,12 @@ final class ReplayEngine {
             report.divergencesDropped += 1
             return
         }
-        report.divergences.append(Divergence(frame: frame, time: Double((time ?? now).nanoseconds) / 1e9, text: text))
+        report.divergences.append(Divergence(frame: frame, time: Double((time ?? now).nanoseconds) / 1e9, text: ReplayEngine.shortened(text)))
+    }
+
+    /// A report line of at most 600 characters: a frame's options or data can be 64 KiB.
+    static func shortened(_ line: String) -> String {
+        line.count <= 600 ? line : String(line.prefix(600)) + " ..."
     }
 
     private func describe(_ frame: PPPFrame) -> String {
@@ -351,9 +364,10 @@ final class ReplayEngine {
         configuration.mtu = link.transmitMRU
         var s = IPStack(configuration: configuration, seed: seed &+ 1)
         // The recorded side listened where the peer's SYNs went.
+        var listening = Set<UInt16>()
         for f in plan.session.frames where f.side == plan.peerSide {
             guard let ip = f.ip, let v = TCPView(ip), v.flags.contains(.syn), !v.flags.contains(.ack) else { continue }
-            guard !s.listeningPorts.contains(v.destinationPort) else { continue }
+            guard listening.insert(v.destinationPort).inserted else { continue }
             try? s.listen(port: v.destinationPort, configuration: plan.tcpByPort[v.destinationPort])
         }
         stack = s
@@ -457,7 +471,7 @@ final class ReplayEngine {
         if s.flags.contains(.rst) && !flow.resetByUs {
             flow.resetByUs = true
             if !recordedResets.contains(key) {
-                diverge(plan.session.frames.last?.number ?? 0, "we reset TCP port \(key.ourPort) ↔ \(key.peerPort); the recorded side never did")
+                diverge(currentFrame, "we reset TCP port \(key.ourPort) ↔ \(key.peerPort); the recorded side never did")
             }
         }
         flows[key] = flow
@@ -469,7 +483,12 @@ final class ReplayEngine {
             while let id = stack?.accept(port: port) {
                 guard let c = stack?.connection(id) else { continue }
                 let key = FlowKey(ourPort: c.local.port, peerPort: c.remote.port)
-                flows[key, default: Flow()].id = id
+                guard flows[key] != nil else {
+                    // A connection past the bound: ours answers it, the replay does not follow it.
+                    continue
+                }
+                flows[key]?.id = id
+                live.insert(key)
                 flows[key]?.established = true
                 flowByID[id] = key
                 log("ours  TCP \(c.remote) → \(c.local) accepted")
@@ -483,6 +502,7 @@ final class ReplayEngine {
                 flows[key]?.peerFinished = true
             case let .closed(reason):
                 flows[key]?.closed = reason
+                live.remove(key)
                 log("ours  TCP port \(key.ourPort) ↔ \(key.peerPort) \(reason.rawValue)")
             default: break
             }
@@ -494,32 +514,48 @@ final class ReplayEngine {
     /// wrote once the recording's preceding peer bytes have been read, closes when it closed.
     private func application() -> Bool {
         var moved = false
-        for key in flows.keys {
-            guard var flow = flows[key], let id = flow.id else { continue }
+        for key in live {
+            guard let id = flows[key]?.id else { continue }
             let data = stack?.read(id, now: now) ?? []
             if !data.isEmpty {
-                flow.read += data.count
+                flows[key]?.read += data.count
                 moved = true
             }
-            if !flow.pending.isEmpty {
-                let n = flow.pending.withUnsafeBytes { stack?.write(id, $0, now: now) ?? 0 }
+            if flows[key]?.pending.isEmpty == false {
+                // In place: the flow's bytes are not copied out of the table to be written.
+                let n = flows[key]?.pending.withUnsafeBytes { stack?.write(id, $0, now: now) ?? 0 } ?? 0
                 if n > 0 {
-                    flow.pending.removeFirst(min(n, flow.pending.count))
-                    flow.written += n
+                    let count = flows[key]?.pending.count ?? 0
+                    flows[key]?.pending.removeFirst(min(n, count))
+                    flows[key]?.written += n
                     moved = true
                 }
             }
-            if flow.closeWanted && flow.pending.isEmpty && !flow.closeDone {
+            if let flow = flows[key], flow.closeWanted && flow.pending.isEmpty && !flow.closeDone {
                 // A FIN says only that the recorded side would write no more (RFC 9293
                 // §3.6): it may still read, as the recordings' half-closes do, so ours shuts
                 // its sending side down and keeps reading.
-                flow.closeDone = true
+                flows[key]?.closeDone = true
                 stack?.shutdownWrite(id, now: now)
                 moved = true
             }
-            flows[key] = flow
         }
         return moved
+    }
+
+    /// Drops what is known of a flow (its port pair is used again).
+    private func forget(_ key: FlowKey) {
+        if let id = flows[key]?.id { flowByID[id] = nil }
+        flows[key] = nil
+        live.remove(key)
+    }
+
+    /// Whether one more connection may be followed (`ReplayBounds.connections`); the first
+    /// past the bound is said once, the rest counted.
+    private func admitsFlow(_ key: FlowKey, frame: Int) -> Bool {
+        if flows[key] != nil || flows.count < bounds.connections { return true }
+        diverge(frame, "more than \(bounds.connections) TCP connections: the rest are left out", kind: "connections")
+        return false
     }
 
     // MARK: The peer's frames
@@ -701,10 +737,9 @@ final class ReplayEngine {
             if s.flags.contains(.syn) && !s.flags.contains(.ack) {
                 // A new connection (or the port pair used again).
                 if flows[k]?.closed != nil || flows[k]?.recordedPeerISN.map({ $0 != s.header.sequenceNumber }) ?? false {
-                    if let id = flows[k]?.id { flowByID[id] = nil }
-                    flows[k] = nil
+                    forget(k)
                 }
-                flows[k, default: Flow()].recordedPeerISN = s.header.sequenceNumber
+                if admitsFlow(k, frame: f.number) { flows[k, default: Flow()].recordedPeerISN = s.header.sequenceNumber }
             }
             if !s.payload.isEmpty, let isn = flows[k]?.recordedPeerISN {
                 let end = Int(s.header.sequenceNumber &- isn &- 1) + s.payload.count
@@ -730,7 +765,7 @@ final class ReplayEngine {
             if stack == nil {
                 report.framesDropped += 1
                 // A connection whose SYN was left out never exists on our side.
-                if let k = key, tcp?.flags.contains(.syn) == true, flows[k]?.id == nil { flows[k] = nil }
+                if let k = key, tcp?.flags.contains(.syn) == true, flows[k]?.id == nil { forget(k) }
                 diverge(f.number, "the peer's \(describe(f.frame)) waited for \(left); left out")
                 return
             }
@@ -798,7 +833,8 @@ final class ReplayEngine {
         if s.flags.contains(.syn) {
             if !s.flags.contains(.ack) {
                 // We open this one: a new flow, connected when our stack can.
-                if let id = flows[key]?.id { flowByID[id] = nil }
+                forget(key)
+                guard admitsFlow(key, frame: f.number) else { return }
                 flows[key] = Flow(recordedOurISN: s.header.sequenceNumber)
                 let left = wait(until: now + bounds.answerWait) { stack == nil ? "our IPCP to open" : nil }
                 guard left == nil else {
@@ -811,6 +847,7 @@ final class ReplayEngine {
                     if let id {
                         flows[key]?.id = id
                         flowByID[id] = key
+                        live.insert(key)
                     }
                 } catch {
                     diverge(f.number, "could not open TCP port \(s.sourcePort) → \(s.destinationPort): \(error)")
@@ -857,11 +894,16 @@ final class ReplayEngine {
             pump()
             return
         }
-        if needsData, var flow = flows[key] {
+        if needsData, let flow = flows[key] {
             let skip = max(0, flow.scheduled - start)
-            if skip < s.payload.count { flow.pending += s.payload[skip...] }
-            flow.scheduled = end
-            flows[key] = flow
+            if skip < s.payload.count {
+                if flow.pending.count + s.payload.count - skip > bounds.pendingBytes {
+                    diverge(f.number, "the recorded side wrote more than \(bounds.pendingBytes) bytes ours could not send yet on port \(key.ourPort) ↔ \(key.peerPort); the rest is left out", kind: "pending \(key.ourPort) \(key.peerPort)")
+                } else {
+                    flows[key]?.pending += s.payload[skip...]
+                }
+            }
+            flows[key]?.scheduled = end
         }
         if needsClose { flows[key]?.closeWanted = true }
         pump()
@@ -915,7 +957,7 @@ final class ReplayEngine {
                 let acknowledgedOut = max(0, min(flow.written, flow.sentEnd - 1))
                 var ok = flow.established && flow.read >= c.bytesFromPeer && flow.written >= c.bytesToPeer && acknowledgedOut >= c.bytesToPeer
                 if c.closed && !c.reset { ok = ok && (flow.closed != nil || flow.peerFinished && flow.closeDone) }
-                if c.reset { ok = ok && flow.closed != nil || flow.resetByUs }
+                if c.reset { ok = ok && (flow.closed != nil || flow.resetByUs) }
                 reached = ok
                 if !reached {
                     detail = "ours: " + (flow.established ? "established" : "not established") + ", \(flow.read) B in, \(flow.written) B out"

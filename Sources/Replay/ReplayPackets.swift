@@ -48,7 +48,16 @@ func readdressed(_ packet: [UInt8], source: IPv4Address, destination: IPv4Addres
     packet.withUnsafeBytes { raw -> [UInt8]? in
         guard let ip = try? IPv4Header(parsing: raw) else { return nil }
         var body = Array(raw[ip.headerLength..<ip.totalLength])
-        if ip.protocol == IPProtocol.udp && !ip.isFragment && body.count >= 8 {
+        if ip.protocol == IPProtocol.tcp && !ip.isFragment && body.count >= 20 {
+            // RFC 9293 §3.1: the TCP checksum covers the addresses too.
+            body[16] = 0
+            body[17] = 0
+            var sum = InternetChecksum.pseudoHeaderSum(source: source, destination: destination, protocol: IPProtocol.tcp, length: body.count)
+            sum = InternetChecksum.sum(body, into: sum)
+            let c = InternetChecksum.finish(sum)
+            body[16] = UInt8(c >> 8)
+            body[17] = UInt8(c & 0xFF)
+        } else if ip.protocol == IPProtocol.udp && !ip.isFragment && body.count >= 8 {
             // RFC 768: the checksum covers a pseudo-header with the addresses; 0 means none.
             let had = body[6] != 0 || body[7] != 0
             body[6] = 0

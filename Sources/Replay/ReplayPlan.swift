@@ -77,6 +77,11 @@ public struct ReplayPlan: Sendable {
         }
         var notes: [String] = []
         link = try ReplayPlan.linkConfiguration(session: session, ours: us, role: terminal == us ? .terminal : .host, notes: &notes)
+        // What the recording's own faults changed in how it is played.
+        if session.timeStampsBackwards > 0 { notes.append("\(session.timeStampsBackwards) time stamps went backwards: played with no gap") }
+        if session.gapsShortened > 0 { notes.append("\(session.gapsShortened) silences longer than the limit played as the limit") }
+        if session.vjUnreadable > 0 { notes.append("\(session.vjUnreadable) VJ frames could not be rebuilt into IPv4 packets") }
+        if session.sessionsLeftOut > 0 { notes.append("\(session.sessionsLeftOut) more sessions in the capture, past the limit, not played") }
         self.notes = notes
         tcpByPort = ReplayPlan.tcpConfigurations(ours: ours)
         states = RecordedState.derive(session: session, ours: us)
@@ -185,7 +190,9 @@ public struct ReplayPlan: Sendable {
             if f.side == ours {
                 c.lcp.authenticateWith = [.pap]
                 c.authentication.local = credentials
-            } else if !c.authentication.peers.contains(credentials) {
+            } else if c.authentication.peers.count < 16 && !c.authentication.peers.contains(credentials) {
+                // A handful of names at most: a terminal has one; a capture of thousands is a
+                // flood, whose later requests our side refuses as a live host would.
                 c.authentication.peers.append(credentials)
             }
         }

@@ -34,6 +34,8 @@ public struct RecordedSession: Sendable {
     /// VJ frames that could not be rebuilt (before the first uncompressed packet of their slot,
     /// or malformed): played as they are, compared by protocol only.
     public var vjUnreadable = 0
+    /// Sessions past `RecordingLimits.sessions` in the capture, not played (on the last one).
+    public var sessionsLeftOut = 0
 }
 
 /// What a replay reads at most: a recording is input like any other.
@@ -44,6 +46,8 @@ public struct RecordingLimits: Sendable, Equatable {
     public var frames = 200_000
     /// A silence longer than this in the recording is played as this much virtual time.
     public var longestGap = 30.0
+    /// Sessions (PPPoE sessions, tunnels) played from one capture.
+    public var sessions = 64
     public init() {}
 }
 
@@ -84,13 +88,24 @@ public enum RecordingReader {
         var byLabel: [String: RecordedSession] = [:]
         var last: [String: (raw: Double, played: Double)] = [:]
         var decompressors: [String: VJDecompressor] = [:]
+        var sessionsLeftOut: Set<String> = []
         let origin = trace.frames.first?.time ?? trace.origin
         for f in trace.frames {
             guard let side = f.direction.map({ $0 == .sent ? "sent" : "rcvd" }) ?? f.sender else { continue }
             let label = sessionLabel(f.via)
-            if byLabel[label] == nil { order.append(label) }
-            var session = byLabel[label] ?? RecordedSession(label: label)
-            if !session.sides.contains(side) { session.sides.append(side) }
+            if byLabel[label] == nil {
+                // A capture of thousands of PPPoE sessions is not one terminal's: the first
+                // ones are played, the rest counted.
+                guard order.count < limits.sessions else {
+                    sessionsLeftOut.insert(label)
+                    continue
+                }
+                order.append(label)
+            }
+            // Taken out of the table while it grows, so that appending does not copy it.
+            var session = byLabel.removeValue(forKey: label) ?? RecordedSession(label: label)
+            // Two sides make a session; a third is enough to refuse it (`ReplayPlan`).
+            if !session.sides.contains(side) && session.sides.count < 3 { session.sides.append(side) }
             // Times: monotonic, and no silence longer than the limit.
             let raw = f.time.interval(since: origin)
             var played = 0.0
@@ -107,24 +122,23 @@ public enum RecordingReader {
                 played = previousPlayed + gap
             }
             last[label] = (raw.isFinite ? raw : last[label]?.raw ?? 0, played)
-            // VJ state is per direction of a session.
-            let key = label + "|" + side
-            var vj = decompressors[key] ?? VJDecompressor(parameters: VJParameters(maxSlotID: 255, compressSlotID: true))
             var ip: [UInt8]?
             switch f.frame.protocol {
             case ProtocolNumber.ipv4: ip = f.frame.information
-            case ProtocolNumber.vjUncompressedTCP:
-                ip = vj.uncompressed(f.frame.information)
+            case ProtocolNumber.vjUncompressedTCP, ProtocolNumber.vjCompressedTCP:
+                // VJ state is per direction of a session (RFC 1144 §3.2), made for those that use it.
+                let key = label + "|" + side
+                var vj = decompressors.removeValue(forKey: key) ?? VJDecompressor(parameters: VJParameters(maxSlotID: 255, compressSlotID: true))
+                ip = f.frame.protocol == ProtocolNumber.vjCompressedTCP ? vj.compressed(f.frame.information) : vj.uncompressed(f.frame.information)
                 if ip == nil { session.vjUnreadable += 1 }
-            case ProtocolNumber.vjCompressedTCP:
-                ip = vj.compressed(f.frame.information)
-                if ip == nil { session.vjUnreadable += 1 }
+                decompressors[key] = vj
             default: break
             }
-            decompressors[key] = vj
             session.frames.append(RecordedFrame(number: f.number, time: played, side: side, frame: f.frame, ip: ip))
             byLabel[label] = session
         }
-        return order.compactMap { byLabel[$0] }
+        var out = order.compactMap { byLabel[$0] }
+        if !sessionsLeftOut.isEmpty, !out.isEmpty { out[out.count - 1].sessionsLeftOut = sessionsLeftOut.count }
+        return out
     }
 }
