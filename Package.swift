@@ -20,6 +20,7 @@ let package = Package(
         .executable(name: "pppbridge-fuzz-channel", targets: ["FuzzChannel"]),
         .executable(name: "pppbridge-fuzz-session", targets: ["FuzzReaderSession"]),
         .executable(name: "pppbridge-fuzz-remote", targets: ["FuzzRemoteSerial"]),
+        .executable(name: "pppbridge-fuzz-replay", targets: ["FuzzReplay"]),
     ],
     targets: [
         // System libraries from Debian (libpcap-dev, libssl-dev).
@@ -91,6 +92,7 @@ let package = Package(
         .executableTarget(name: "FuzzChannel", dependencies: ["Channel", "NetStack", "FuzzSupport"], path: "Tools/Fuzz/Channel"),
         .executableTarget(name: "FuzzStreamDecoder", dependencies: ["Framing", "FuzzSupport"], path: "Tools/Fuzz/StreamDecoder"),
         .executableTarget(name: "FuzzRemoteSerial", dependencies: ["RemoteSerial", "FuzzSupport"], path: "Tools/Fuzz/RemoteSerial"),
+        .executableTarget(name: "FuzzReplay", dependencies: ["Replay", "Capture", "Framing", "FuzzSupport"], path: "Tools/Fuzz/Replay"),
         .executableTarget(
             name: "FuzzPacketParsers",
             dependencies: ["Framing", "PPP", "NetStack", "Capture", "FuzzSupport"],

@@ -15,7 +15,9 @@
 # messages (the payment reader protocol's frame decoder, JSON parser and message envelope),
 # session (the host's reader session driven by a hostile reader: answers, events, calls, time),
 # remote (a device server against our RFC 2217 client: telnet commands, options,
-# subnegotiations, the line's bytes, cut into reads anywhere; and network line names).
+# subnegotiations, the line's bytes, cut into reads anywhere; and network line names),
+# replay (a recorded session played against our link and stack: pppd record files as they are,
+# and sessions of frames framed and checksummed by the target).
 # Seeds come from ../shared/traces, made-up sessions (Tools/fuzz_seeds.py) and the committed
 # regression inputs (Tools/Fuzz/regressions/TARGET, replayed by the tests). The stack and link
 # targets fix up checksums, so mutations reach the state machines; each run ends with a
@@ -28,7 +30,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-60}
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(stream packets stack link channel messages session remote)
+[ ${#targets[@]} -gt 0 ] || targets=(stream packets stack link channel messages session remote replay)
 
 # FUZZ_SANITIZE=fuzzer leaves AddressSanitizer out: two to three times the executions a second
 # for a campaign, and Swift's own checks (bounds, overflow, unwraps) still trap. Each set of
@@ -58,8 +60,11 @@ run_target() {
     [ ! -d "Tools/Fuzz/regressions/$target" ] || cp Tools/Fuzz/regressions/"$target"/* "$seeds"/
     local budget=(-max_total_time="$seconds")
     [ -z "${FUZZ_RUNS:-}" ] || budget+=(-runs="$FUZZ_RUNS")
+    # A replayed session is many frames: its inputs may be longer than one packet's.
+    local max_len=2048
+    [ "$target" != replay ] || max_len=16384
     local status=0
-    "$scratch/release/$product" "${budget[@]}" -print_final_stats=1 -timeout=10 -max_len=2048 \
+    "$scratch/release/$product" "${budget[@]}" -print_final_stats=1 -timeout=10 -max_len="$max_len" \
         -artifact_prefix=fuzz-artifacts/ "$corpus" "$seeds" > "$log" 2>&1 || status=$?
     {
         echo "fuzzing $target for ${seconds}s ($(ls "$seeds" | wc -l) seeds): exit $status"

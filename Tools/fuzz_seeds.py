@@ -16,6 +16,9 @@ session: a scene byte (pairing, a bond, auto-reconnect), then a script of record
          reversal, a drop and its recovery, an update, a pairing).
 link:    a flags byte, then PPP frames (protocol and information, each behind a 2-byte length):
          a terminal's whole session (LCP, PAP or CHAP, IPCP, then the stack's exchanges).
+replay:  each pppd record file as it is, and its frames as the target's session format (a flags
+         byte, then per frame a side/time byte, a 2-byte length, protocol and information), whole
+         and cut to the first 16 KiB, for each choice of peer.
 Only seeds are made here; the project's readers (libpcap, the record reader) are what is fuzzed.
 """
 import os
@@ -42,6 +45,55 @@ def record_streams(data):
         else:
             break
     return streams.values()
+
+
+def record_frames(data):
+    """The PPP frames of a pppd record file in line order: (received, tenths since the frame
+    before, protocol and information), de-framed as RFC 1662 says (seed material only)."""
+    pending = {1: bytearray(), 2: bytearray()}
+    frames = []
+    i, tenths, last = 0, 0, 0
+    while i < len(data):
+        tag = data[i]
+        if tag == 7:
+            i += 5
+        elif tag == 5:
+            tenths += struct.unpack(">I", data[i + 1:i + 5])[0]
+            i += 5
+        elif tag == 6:
+            tenths += data[i + 1]
+            i += 2
+        elif tag in (3, 4):
+            i += 1
+        elif tag in (1, 2):
+            n = struct.unpack(">H", data[i + 1:i + 3])[0]
+            for b in data[i + 3:i + 3 + n]:
+                if b != 0x7E:
+                    pending[tag].append(b)
+                    continue
+                raw, pending[tag] = pending[tag], bytearray()
+                out, escaped = bytearray(), False
+                for c in raw:
+                    if c == 0x7D:
+                        escaped = True
+                    elif escaped:
+                        out.append(c ^ 0x20)
+                        escaped = False
+                    else:
+                        out.append(c)
+                body = bytes(out[:-2])
+                if body[:2] == b"\xff\x03":
+                    body = body[2:]
+                if len(body) < 2:
+                    continue
+                if body[0] & 1:
+                    body = b"\x00" + body
+                frames.append((tag == 2, min(tenths - last, 127), body))
+                last = tenths
+            i += 3 + n
+        else:
+            break
+    return frames
 
 
 def pcap_records(data):
@@ -164,6 +216,16 @@ def main():
         for n, exchange in enumerate(made_up_exchanges()):
             open(os.path.join(out, f"made-up-{n}"), "wb").write(b"\x02" + b"".join(len(p).to_bytes(2, "big") + p for p in exchange))
             count += 1
+    if target == "replay":
+        for name in sorted(os.listdir(traces)):
+            if not name.endswith(".pppd"):
+                continue
+            data = open(os.path.join(traces, name), "rb").read()
+            open(os.path.join(out, f"{name}-record"), "wb").write(data[:16384])
+            session = b"".join(bytes([(0x80 if rcvd else 0) | t]) + len(f).to_bytes(2, "big") + f for rcvd, t, f in record_frames(data))
+            for flags in (0, 1, 2):
+                open(os.path.join(out, f"{name}-frames-{flags}"), "wb").write(bytes([flags]) + session[:16383])
+                count += 1
     if target == "link":
         for n, session in enumerate(link_sessions()):
             open(os.path.join(out, f"session-{n}"), "wb").write(session)
