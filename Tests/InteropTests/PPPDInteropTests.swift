@@ -246,6 +246,38 @@ struct PPPDInteropTests {
         }
     }
 
+    /// The field workflow end to end (docs/REPLAY.md): a session with pppd recorded by
+    /// `run --record` (LCP, IPCP, the guest's nc through our echo service, its pings, our
+    /// Terminate), then replayed against this build: exit 0 and every state reached.
+    @Test func aSessionRecordedAgainstPppdReplaysToEveryState() async throws {
+        let record = NSTemporaryDirectory() + "pppbridge-replay-" + UUID().uuidString + ".pppd"
+        defer { try? FileManager.default.removeItem(atPath: record) }
+        try await withSession(vm: ["-r", "client", "-x", "noipv6"],
+                              ours: ["--local-ip", "10.0.2.2", "--terminal-ip", "10.0.2.15", "--services", "echo", "--record", record]) { s in
+            s.vm.guest("head -c 20000 /dev/urandom > /tmp/d; busybox nc 10.0.2.2 7 < /tmp/d > /tmp/e; "
+                       + "echo \"VMPEER-T replay $(sha256sum < /tmp/d | cut -c1-64) $(sha256sum < /tmp/e | cut -c1-64) $(wc -c < /tmp/e)\" > /dev/console")
+            func result() -> Substring? { s.vm.completeLines.first { $0.hasPrefix("VMPEER-T replay ") } }
+            #expect(await eventually(120) { result() != nil }, "no echo result\n--- pppbridge:\n\(s.bridge.output.suffix(2000))\n--- guest:\n\(s.vm.log.suffix(2000))")
+            if let line = result() {
+                let f = line.split(separator: " ").suffix(3).map(String.init)
+                #expect(f.count == 3 && f[0] == f[1] && f[2] == "20000", "\(line)")
+            }
+            s.vm.guest("ping -c 2 10.0.2.2 > /dev/console 2>&1")
+            #expect(await eventually(30) { s.vm.log.contains("2 packets transmitted, 2 packets received") }, "\(s.vm.log.suffix(1500))")
+            #expect(await s.bridge.terminate() == 0)
+        }
+        let r = try await runCommand(BridgeProcess.binary, ["replay", record], timeout: 120)
+        print("replay of a session recorded against pppd:\n\(r.output)")
+        #expect(r.status == 0, "\(r.output)")
+        let lines = r.output.split(separator: "\n").map(String.init)
+        #expect(lines.contains("session: the peer is rcvd, we play sent as the host"), "\(r.output)")
+        #expect(lines.contains("  reached  LCP opened"))
+        #expect(lines.contains("  reached  IPCP opened, local 10.0.2.2, peer 10.0.2.15"))
+        #expect(lines.contains("  reached  LCP terminated by us"))
+        #expect(lines.contains { $0.hasPrefix("  reached  TCP 10.0.2.15:") && $0.hasSuffix(" → 10.0.2.2:7, established, 20000 B in, 20000 B out, closed") }, "\(r.output)")
+        #expect(lines.last == "result: every recorded state reached")
+    }
+
     func expectCleanPcap(_ bridge: BridgeProcess) async throws {
         guard let tshark = ["/usr/bin/tshark", "/usr/local/bin/tshark"].first(where: FileManager.default.isExecutableFile) else {
             if ProcessInfo.processInfo.environment["CI"] != nil { Issue.record("tshark is missing; CI installs it") }
