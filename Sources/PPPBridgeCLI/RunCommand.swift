@@ -131,7 +131,7 @@ struct RunCommand {
                              after two full segments or 40 ms
       --tcp-receive-window BYTES  each connection's receive buffer, the most we advertise
                              (default 262144); a smaller one holds back a terminal that
-                             writes in small pieces, which is not faster (see README)
+                             writes in small pieces, which is not faster (docs/PERFORMANCE.md)
       --frame-loss PERCENT   drop this share of frames both ways, seeded (testing only)
       SIGUSR1 prints the stack's counters (or the TUN's packet counts). On a terminal, a
       status line shows the link, its addresses, bridges, connections, bytes and errors.
