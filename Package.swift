@@ -104,17 +104,18 @@ let package = Package(
         .testTarget(name: "NetStackTests", dependencies: ["NetStack"]),
         .testTarget(name: "RemoteSerialTests", dependencies: ["RemoteSerial", "NetStack"]),
         .testTarget(name: "SimulationTests", dependencies: ["PPP", "NetStack", "Framing", "Crypto"]),
-        .testTarget(name: "ReplayTests", dependencies: ["Replay", "Capture", "Framing", "PPP", "Wire"],
+        .testTarget(name: "ReplayTests", dependencies: ["Replay", "Capture", "Framing", "PPP", "Wire", "TestSupport"],
                     exclude: ["ReplayManifest.txt", "Fixtures"]),
-        .testTarget(name: "CaptureTests", dependencies: ["Capture", "Framing", "PPP", "NetStack", "Crypto"]),
+        .testTarget(name: "CaptureTests", dependencies: ["Capture", "Framing", "PPP", "NetStack", "Crypto", "TestSupport"]),
         // Host-side helpers (loopback servers and clients) shared by the channel's tests.
+        .target(name: "TestSupport", path: "Tests/TestSupport"),
         .target(name: "ChannelTestSupport", dependencies: ["Channel", "NetStack", "Crypto"], path: "Tests/ChannelTestSupport"),
         .testTarget(name: "ChannelTests", dependencies: ["Channel", "CSystem", "NetStack", "PPP", "Crypto", "ChannelTestSupport"]),
         .testTarget(name: "PaymentTests", dependencies: ["Payment", "PaymentKit", "Crypto", "NetStack"]),
         // The payment layer end to end: terminal simulator on a pty, our PPP link and stack, the
         // channel's bridge and SOCKS proxy, the gateway server, the host SDK.
         .testTarget(name: "PaymentFlowTests", dependencies: ["PaymentKit", "Payment", "Channel", "NetStack", "Crypto", "ChannelTestSupport"]),
-        .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Service", "Capture", "Channel", "Payment", "Simulation", "ChannelTestSupport"]),
+        .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Service", "Capture", "Channel", "Payment", "Simulation", "ChannelTestSupport", "TestSupport"]),
         // Real peers: Debian's pppd in a QEMU VM (Tools/vmpeer) against the built `pppbridge`.
         .testTarget(name: "InteropTests", dependencies: ["pppbridge", "Crypto", "Channel", "NetStack", "ChannelTestSupport"]),
     ],

@@ -3,6 +3,7 @@ import Foundation
 @testable import PPPBridgeCLI
 @testable import Service
 import Testing
+import TestSupport
 
 /// Runs the command line in-process and collects what it prints.
 final class Captured: @unchecked Sendable {
@@ -15,12 +16,7 @@ final class Captured: @unchecked Sendable {
 }
 
 func sharedTrace(_ name: String) throws -> String {
-    var url = URL(fileURLWithPath: #filePath)
-    for _ in 0..<3 { url.deleteLastPathComponent() }
-    let dir = ProcessInfo.processInfo.environment["PPPBRIDGE_TRACES"] ?? url.deletingLastPathComponent().appendingPathComponent("shared/traces").path
-    let path = dir + "/" + name
-    try #require(FileManager.default.fileExists(atPath: path), "missing \(path)")
-    return path
+    try Traces.path(name)
 }
 
 @Suite struct CommandLineTests {

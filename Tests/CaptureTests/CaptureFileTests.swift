@@ -5,6 +5,7 @@ import Glibc
 import NetStack
 import PPP
 import Testing
+import TestSupport
 
 /// Collects what a capture says when it stops.
 final class StopMessages: @unchecked Sendable {

@@ -5,6 +5,7 @@ import Glibc
 import NetStack
 import PPP
 import Testing
+import TestSupport
 
 /// Capture files built byte by byte, as a hostile file would be.
 enum CraftedCapture {

@@ -3,6 +3,7 @@ import Framing
 import NetStack
 import PPP
 import Testing
+import TestSupport
 
 /// The facts ../shared/traces/MANIFEST.md lists for each public capture, asserted on our decode.
 @Suite struct ManifestPcapTests {

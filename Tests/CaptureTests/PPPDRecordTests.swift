@@ -5,6 +5,7 @@ import Framing
 import NetStack
 import PPP
 import Testing
+import TestSupport
 
 /// The three raw async streams pppd recorded against slirp: our de-framer must give exactly
 /// the frames `pppdump -p` gives, with every FCS good, and the MANIFEST's facts.

@@ -3,30 +3,11 @@ import Foundation
 import Framing
 import PPP
 import Testing
+import TestSupport
 
-/// The shared PPP traces, `../shared/traces` beside the checkout (or PPPBRIDGE_TRACES).
-enum Traces {
-    static let directory: String? = {
-        if let env = ProcessInfo.processInfo.environment["PPPBRIDGE_TRACES"] { return env }
-        // Tests/CaptureTests/Support.swift -> the package root -> ../shared/traces
-        var url = URL(fileURLWithPath: #filePath)
-        for _ in 0..<3 { url.deleteLastPathComponent() }
-        let candidate = url.deletingLastPathComponent().appendingPathComponent("shared/traces").path
-        return FileManager.default.fileExists(atPath: candidate) ? candidate : nil
-    }()
-
-    static func path(_ name: String) throws -> String {
-        let dir = try #require(directory, "the shared traces are expected in ../shared/traces beside the checkout (or set PPPBRIDGE_TRACES)")
-        return dir + "/" + name
-    }
-
+extension Traces {
     static func load(_ name: String) throws -> Trace {
         try Trace(path: try path(name))
-    }
-
-    static var all: [String] {
-        guard let dir = directory, let names = try? FileManager.default.contentsOfDirectory(atPath: dir) else { return [] }
-        return names.filter { $0.hasSuffix(".pcap") || $0.hasSuffix(".pppd") }.sorted()
     }
 }
 
@@ -102,16 +83,6 @@ enum ExternalTool {
         return Result(status: p.terminationStatus, output: String(decoding: output, as: UTF8.self),
                       error: String(decoding: error, as: UTF8.self))
     }
-}
-
-/// A scratch directory removed when the test ends.
-final class ScratchDirectory {
-    let path: String
-    init() throws {
-        path = NSTemporaryDirectory() + "pppbridge-test-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    }
-    deinit { try? FileManager.default.removeItem(atPath: path) }
 }
 
 func hex(_ s: String) -> [UInt8] {

@@ -4,6 +4,7 @@ import Framing
 import NetStack
 import PPP
 import Testing
+import TestSupport
 
 /// Every trace, written back out by our pcap writer, must decode in tshark with no malformed
 /// packet and no expert error, and with the field values we decoded ourselves; tcpdump must

@@ -4,6 +4,7 @@ import Framing
 import PPP
 import Replay
 import Testing
+import TestSupport
 
 /// A replay file is input like any other: crafted captures end with a clear error or a bounded
 /// replay, never a hang or a trap.

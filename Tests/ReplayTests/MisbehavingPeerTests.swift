@@ -4,6 +4,7 @@ import Framing
 import PPP
 import Replay
 import Testing
+import TestSupport
 
 /// Sessions whose peer misbehaved replay to a clear report within the bounds, never a hang.
 struct MisbehavingPeerTests {

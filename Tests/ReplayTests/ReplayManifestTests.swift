@@ -1,6 +1,7 @@
 import Foundation
 import Replay
 import Testing
+import TestSupport
 
 /// Every shared trace replays as `ReplayManifest.txt` says: the states it must reach in each
 /// role it can be played in, or why it cannot be played.

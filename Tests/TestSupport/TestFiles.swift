@@ -1,0 +1,45 @@
+import Foundation
+
+/// The files the suites share: the PPP traces of `../shared/traces` beside the checkout, and
+/// scratch directories that go when the test ends.
+public enum Traces {
+    /// `../shared/traces` beside the checkout, or PPPBRIDGE_TRACES; nil when neither is there.
+    public static let directory: String? = {
+        if let env = ProcessInfo.processInfo.environment["PPPBRIDGE_TRACES"] { return env }
+        // Tests/TestSupport/TestFiles.swift -> the package root -> ../shared/traces
+        var url = URL(fileURLWithPath: #filePath)
+        for _ in 0..<3 { url.deleteLastPathComponent() }
+        let candidate = url.deletingLastPathComponent().appendingPathComponent("shared/traces").path
+        return FileManager.default.fileExists(atPath: candidate) ? candidate : nil
+    }()
+
+    public struct Missing: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    /// The path of trace `name`; throws (failing the test) when the traces or it are missing.
+    public static func path(_ name: String) throws -> String {
+        guard let dir = directory else {
+            throw Missing(description: "the shared traces are expected in ../shared/traces beside the checkout (or set PPPBRIDGE_TRACES)")
+        }
+        let path = dir + "/" + name
+        guard FileManager.default.fileExists(atPath: path) else { throw Missing(description: "missing \(path)") }
+        return path
+    }
+
+    /// Every capture in the directory (its tshark and tcpdump texts aside).
+    public static var all: [String] {
+        guard let dir = directory, let names = try? FileManager.default.contentsOfDirectory(atPath: dir) else { return [] }
+        return names.filter { $0.hasSuffix(".pcap") || $0.hasSuffix(".pppd") }.sorted()
+    }
+}
+
+/// A scratch directory removed when the test ends.
+public final class ScratchDirectory {
+    public let path: String
+    public init() throws {
+        path = NSTemporaryDirectory() + "pppbridge-test-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
