@@ -5,7 +5,7 @@ let package = Package(
     name: "pppbridge",
     products: [
         // What terminal-proxy programs link.
-        .library(name: "PPPBridge", targets: ["Framing", "Wire", "PPP", "NetStack", "RemoteSerial", "Capture", "Replay", "Crypto", "Payment", "Channel", "PaymentKit", "Service"]),
+        .library(name: "PPPBridge", targets: ["Framing", "Wire", "PPP", "NetStack", "RemoteSerial", "Capture", "Replay", "Crypto", "Payment", "Proxy", "Channel", "PaymentKit", "Service"]),
         // The channel for C and every language that calls C (Sources/PPPBridgeC/include/pppbridge.h).
         .library(name: "PPPBridgeC", type: .dynamic, targets: ["PPPBridgeC"]),
         .executable(name: "pppbridge", targets: ["pppbridge"]),
@@ -49,7 +49,10 @@ let package = Package(
         .target(name: "Payment", dependencies: ["Crypto", "Wire"]),
 
         // The only layer that touches the OS: lines, the event loop, signals, captures.
-        .target(name: "Channel", dependencies: ["CSystem", "Framing", "PPP", "NetStack", "RemoteSerial", "Capture", "Crypto"]),
+        // The proxy's and the DNS relay's sans-IO logic: the SOCKS handshake parser and policy
+        // replies, the relay's book of queries. Channel owns their sockets.
+        .target(name: "Proxy", dependencies: ["NetStack"]),
+        .target(name: "Channel", dependencies: ["CSystem", "Framing", "PPP", "NetStack", "Proxy", "RemoteSerial", "Capture", "Crypto"]),
 
         // The payment layer's programs: the terminal simulator, the gateway server, the host SDK.
         .target(name: "PaymentKit", dependencies: ["Payment", "Channel", "NetStack", "PPP", "Crypto"]),
@@ -84,24 +87,25 @@ let package = Package(
             path: "Tools/Bench"
         ),
 
-        .target(name: "FuzzSupport", dependencies: ["NetStack"], path: "Tools/Fuzz/Support"),
+        .target(name: "FuzzSupport", dependencies: ["NetStack", "Proxy"], path: "Tools/Fuzz/Support"),
         .executableTarget(name: "FuzzIPStack", dependencies: ["NetStack", "FuzzSupport"], path: "Tools/Fuzz/IPStack"),
         .executableTarget(name: "FuzzPaymentMessages", dependencies: ["Payment", "FuzzSupport"], path: "Tools/Fuzz/PaymentMessages"),
         .executableTarget(name: "FuzzLink", dependencies: ["Framing", "PPP", "NetStack", "FuzzSupport"], path: "Tools/Fuzz/Link"),
         .executableTarget(name: "FuzzReaderSession", dependencies: ["Payment", "NetStack", "FuzzSupport"], path: "Tools/Fuzz/ReaderSession"),
-        .executableTarget(name: "FuzzChannel", dependencies: ["Channel", "NetStack", "FuzzSupport"], path: "Tools/Fuzz/Channel"),
+        .executableTarget(name: "FuzzChannel", dependencies: ["Channel", "NetStack", "Proxy", "FuzzSupport"], path: "Tools/Fuzz/Channel"),
         .executableTarget(name: "FuzzStreamDecoder", dependencies: ["Framing", "FuzzSupport"], path: "Tools/Fuzz/StreamDecoder"),
         .executableTarget(name: "FuzzRemoteSerial", dependencies: ["RemoteSerial", "FuzzSupport"], path: "Tools/Fuzz/RemoteSerial"),
         .executableTarget(name: "FuzzReplay", dependencies: ["Replay", "Capture", "Framing", "FuzzSupport"], path: "Tools/Fuzz/Replay"),
         .executableTarget(
             name: "FuzzPacketParsers",
-            dependencies: ["Framing", "PPP", "NetStack", "Capture", "FuzzSupport"],
+            dependencies: ["Framing", "PPP", "NetStack", "Proxy", "Capture", "FuzzSupport"],
             path: "Tools/Fuzz/PacketParsers"
         ),
 
         .testTarget(name: "FramingTests", dependencies: ["Framing", "CCarrylessMultiply", "NetStack"]),
         .testTarget(name: "PPPTests", dependencies: ["PPP", "Framing", "NetStack"]),
         .testTarget(name: "NetStackTests", dependencies: ["NetStack"]),
+        .testTarget(name: "ProxyTests", dependencies: ["Proxy", "NetStack"]),
         .testTarget(name: "RemoteSerialTests", dependencies: ["RemoteSerial", "NetStack"]),
         .testTarget(name: "SimulationTests", dependencies: ["PPP", "NetStack", "Framing", "Crypto"]),
         .testTarget(name: "ReplayTests", dependencies: ["Replay", "Capture", "Framing", "PPP", "Wire", "TestSupport"],
@@ -110,7 +114,7 @@ let package = Package(
         // Host-side helpers (loopback servers and clients) shared by the channel's tests.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .target(name: "ChannelTestSupport", dependencies: ["Channel", "NetStack", "Crypto"], path: "Tests/ChannelTestSupport"),
-        .testTarget(name: "ChannelTests", dependencies: ["Channel", "CSystem", "NetStack", "PPP", "Crypto", "ChannelTestSupport"]),
+        .testTarget(name: "ChannelTests", dependencies: ["Channel", "CSystem", "NetStack", "Proxy", "PPP", "Crypto", "ChannelTestSupport"]),
         .testTarget(name: "PaymentTests", dependencies: ["Payment", "PaymentKit", "Crypto", "NetStack"]),
         // The payment layer end to end: terminal simulator on a pty, our PPP link and stack, the
         // channel's bridge and SOCKS proxy, the gateway server, the host SDK.

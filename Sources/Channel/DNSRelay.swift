@@ -2,6 +2,7 @@ import CSystem
 import Crypto
 import Glibc
 import NetStack
+import Proxy
 
 /// Answers the terminal's DNS queries (UDP port 53 on our PPP address, the `dns` address we
 /// hand out) by asking an upstream resolver from the host. An off-path attacker who wants to

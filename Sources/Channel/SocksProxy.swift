@@ -1,6 +1,7 @@
 import CSystem
 import Glibc
 import NetStack
+import Proxy
 
 /// The SOCKS proxy settings: where it listens on our PPP address, who may use it, where to.
 public struct SocksConfiguration: Sendable, Equatable {

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 @testable import NetStack
 import PPP
+import Proxy
 import Testing
 @testable import Channel
 import ChannelTestSupport

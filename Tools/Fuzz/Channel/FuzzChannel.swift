@@ -16,6 +16,7 @@
 import Channel
 import FuzzSupport
 import NetStack
+import Proxy
 
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzzChannel(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {

@@ -9,6 +9,7 @@ import Capture
 import Framing
 import NetStack
 import PPP
+import Proxy
 import FuzzSupport
 
 @_cdecl("LLVMFuzzerTestOneInput")

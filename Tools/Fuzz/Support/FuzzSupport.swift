@@ -3,6 +3,7 @@
 // fix-ups that let mutations reach the state machines; depth counters.
 import Glibc
 import NetStack
+import Proxy
 #if FUZZING
 /// libFuzzer's driver (LLVM ≥ 11), called from the entry point SwiftPM links executables with.
 @_silgen_name("LLVMFuzzerRunDriver")

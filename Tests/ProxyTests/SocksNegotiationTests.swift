@@ -1,5 +1,5 @@
-@testable import Channel
 import NetStack
+@testable import Proxy
 import Testing
 
 @Suite struct SocksNegotiationTests {

@@ -1,3 +1,5 @@
+import NetStack
+
 /// The SOCKS dialect a client spoke.
 public enum SocksVersion: Sendable, Equatable {
     case socks4, socks4a, socks5

@@ -1,3 +1,5 @@
+import NetStack
+
 /// The DNS relay's book of queries in flight, sans-IO: which client asked under which id, the
 /// id each query carries upstream, and when it is given up. The relay (in Channel) owns the
 /// sockets; `Slot` names a query's own upstream socket.

@@ -1,5 +1,6 @@
 import Testing
-@testable import NetStack
+import NetStack
+@testable import Proxy
 
 /// The DNS relay's book of queries, sans-IO: a terminal's queries and an upstream's datagrams
 /// as a hostile peer would send them.
