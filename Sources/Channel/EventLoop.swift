@@ -60,10 +60,8 @@ public final class EventLoop: @unchecked Sendable {
         var interest: UInt32
         var client: ObjectIdentifier?
     }
-    // Release builds skip the runtime exclusivity check on the properties in these #if blocks
-    // (about 70 instructions an access, several on every turn): plain values and standard
-    // collections, changed by assignment, `swap`, their own methods or a system call's buffer
-    // argument, never across a call back into this object. Debug builds, so every test, keep it.
+    // Unchecked in release builds (docs/PERFORMANCE.md says why): plain values and standard
+    // collections, never changed across a call back into this object.
     #if DEBUG
     private var registrations: [Int32: Registration] = [:]
     private var clients: [ObjectIdentifier: LoopClient] = [:]

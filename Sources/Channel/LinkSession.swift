@@ -14,11 +14,8 @@ public final class LinkSession: LoopClient {
     #if DEBUG
     public private(set) var link: PPPLink
     #else
-    // Release builds leave out the runtime's exclusivity check on this property, which cost
-    // about 70 instructions for every access, several on every turn of the loop. It holds a
-    // sans-IO core (no callbacks, no references back), so an access to it can only be nested
-    // in another through a closure written in this file, and none is. Debug builds, and so
-    // every test suite, keep the check.
+    // Unchecked in release builds (docs/PERFORMANCE.md): a sans-IO core with no callbacks or
+    // references back, so an access could only nest through a closure in this file; none does.
     @exclusivity(unchecked) public private(set) var link: PPPLink
     #endif
     private let pcap: PcapWriter?
@@ -50,10 +47,8 @@ public final class LinkSession: LoopClient {
     public var closeWhenAttachmentFinished = false
     /// Lines for a person (counters on SIGUSR1).
     public var report: (String) -> Void = { _ in }
-    // Release builds skip the runtime exclusivity check on the properties in these #if blocks
-    // (about 70 instructions an access, several on every turn): plain values and standard
-    // collections, changed by assignment, `swap`, their own methods or a system call's buffer
-    // argument, never across a call back into this object. Debug builds, so every test, keep it.
+    // Unchecked in release builds (docs/PERFORMANCE.md says why): plain values and standard
+    // collections, never changed across a call back into this object.
     #if DEBUG
     public private(set) var ipPacketsDropped = 0
     #else

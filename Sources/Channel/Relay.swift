@@ -33,10 +33,8 @@ final class Relay {
     #if DEBUG
     var toHost: [UInt8] = []
     #else
-    // Without the runtime's exclusivity check in release builds (several accesses on every
-    // pump): `RelayTable` touches it one call at a time, never from a closure (and the SOCKS
-    // proxy sets it once, before the relay is added). Debug builds, and so every test suite,
-    // keep the check.
+    // Unchecked in release builds (docs/PERFORMANCE.md): `RelayTable` touches it one call at a
+    // time, never from a closure, and the SOCKS proxy sets it once, before the relay is added.
     @exclusivity(unchecked) var toHost: [UInt8] = []
     #endif
     var toHostStart = 0
@@ -98,10 +96,8 @@ final class RelayTable {
     // `dirty`: relays to pump, in the order they were marked; a list with a flag on each relay
     // rather than a set of ids, so marking one hashes nothing.
     //
-    // Release builds skip the runtime exclusivity check on the properties in this #if block
-    // (about 70 instructions an access, several on every turn): plain values and standard
-    // collections, changed by assignment, `swap`, their own methods or a system call's buffer
-    // argument, never across a call back into this object. Debug builds, so every test, keep it.
+    // Unchecked in release builds (docs/PERFORMANCE.md says why): plain values and standard
+    // collections, never changed across a call back into this object.
     #if DEBUG
     private(set) var relays: [ConnectionID: Relay] = [:]
     private var dirty: [Relay] = []

@@ -54,18 +54,13 @@ public final class StackAttachment: NetworkAttachment {
     #if DEBUG
     public internal(set) var stack: IPStack?
     #else
-    // Release builds leave out the runtime's exclusivity check on this property, which cost
-    // about 70 instructions for every access, many on every packet. The stack is sans-IO (no
-    // callbacks, no references back), and the applications reach it one call at a time
-    // (`host.stack!.read(…)`) or through `inPlace` with closures that touch only the stack they
-    // are given: no access to it is nested in another. Debug builds, and so every test suite,
-    // keep the check.
+    // Unchecked in release builds (docs/PERFORMANCE.md): the stack is sans-IO, and the
+    // applications reach it one call at a time (`host.stack!.read(…)`) or through `inPlace`
+    // with closures that touch only the stack they are given, so no access nests in another.
     @exclusivity(unchecked) public internal(set) var stack: IPStack?
     #endif
-    // Release builds skip the runtime exclusivity check on the properties in these #if blocks
-    // (about 70 instructions an access, several on every turn): plain values and standard
-    // collections, changed by assignment, `swap`, their own methods or a system call's buffer
-    // argument, never across a call back into this object. Debug builds, so every test, keep it.
+    // Unchecked in release builds (docs/PERFORMANCE.md says why): plain values and standard
+    // collections, never changed across a call back into this object.
     /// Whether `stack` is set, kept beside it: asked on every packet, and looking at an
     /// optional struct in an object's property copies it. (No observer on `stack` instead:
     /// that would turn every change made in place into a copy and a write back.)
