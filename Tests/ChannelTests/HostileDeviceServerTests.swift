@@ -57,10 +57,9 @@ private final class HostileDeviceServer: @unchecked Sendable {
         do {
             _ = try await channel.open()
             return nil
-        } catch let ChannelError.closed(reason) {
-            return reason
         } catch {
-            return .lineFailed("\(error)")
+            // `open` throws only ChannelError, whose one case is the close.
+            switch error { case let .closed(reason): return reason }
         }
     }
 
