@@ -129,7 +129,7 @@ struct ReaderOptions {
 
 /// A reader session for a person at a terminal: every state change, what the reader shows,
 /// discovery's findings and update progress are printed as they happen.
-final class ReaderSession: PaymentReaderDelegate, @unchecked Sendable {
+final class ReaderCommandSession: PaymentReaderDelegate, @unchecked Sendable {
     let reader: PaymentReader
     let options: ReaderOptions
     let say: (String) -> Void
@@ -407,8 +407,8 @@ struct PayCommand {
         nonisolated(unsafe) let out = output, err = error
         let opts = options, isRefund = refund, original = auth, decline = declineSignature, signatureImage = image
         return runAsync {
-            let session: ReaderSession
-            do { session = try ReaderSession(options: opts, say: out) } catch {
+            let session: ReaderCommandSession
+            do { session = try ReaderCommandSession(options: opts, say: out) } catch {
                 err("pppbridge \(name): \(error)")
                 return PaymentStatus.unreachable
             }
@@ -529,8 +529,8 @@ struct ReaderCommand {
         nonisolated(unsafe) let out = output, err = error
         let opts = options
         return runAsync {
-            let session: ReaderSession
-            do { session = try ReaderSession(options: opts, say: out) } catch {
+            let session: ReaderCommandSession
+            do { session = try ReaderCommandSession(options: opts, say: out) } catch {
                 err("pppbridge reader: \(error)")
                 return PaymentStatus.unreachable
             }
