@@ -114,14 +114,14 @@ let package = Package(
         // Host-side helpers (loopback servers and clients) shared by the channel's tests.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .target(name: "ChannelTestSupport", dependencies: ["Channel", "NetStack", "Crypto"], path: "Tests/ChannelTestSupport"),
-        .testTarget(name: "ChannelTests", dependencies: ["Channel", "CSystem", "NetStack", "Proxy", "PPP", "Crypto", "ChannelTestSupport"]),
+        .testTarget(name: "ChannelTests", dependencies: ["Channel", "CSystem", "NetStack", "Proxy", "PPP", "Crypto", "ChannelTestSupport", "TestSupport"]),
         .testTarget(name: "PaymentTests", dependencies: ["Payment", "PaymentKit", "Crypto", "NetStack"]),
         // The payment layer end to end: terminal simulator on a pty, our PPP link and stack, the
         // channel's bridge and SOCKS proxy, the gateway server, the host SDK.
-        .testTarget(name: "PaymentFlowTests", dependencies: ["PaymentKit", "Payment", "Channel", "NetStack", "Crypto", "ChannelTestSupport"]),
+        .testTarget(name: "PaymentFlowTests", dependencies: ["PaymentKit", "Payment", "Channel", "NetStack", "Crypto", "ChannelTestSupport", "TestSupport"]),
         .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Service", "Capture", "Channel", "Payment", "Simulation", "ChannelTestSupport", "TestSupport"]),
         // Real peers: Debian's pppd in a QEMU VM (Tools/vmpeer) against the built `pppbridge`.
-        .testTarget(name: "InteropTests", dependencies: ["pppbridge", "Crypto", "Channel", "NetStack", "ChannelTestSupport"]),
+        .testTarget(name: "InteropTests", dependencies: ["pppbridge", "Crypto", "Channel", "NetStack", "ChannelTestSupport", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import NetStack
 import Testing
+import TestSupport
 @testable import Service
 @testable import Simulation
 
@@ -19,12 +20,9 @@ import Testing
 
     /// Polls `condition` on the loop until it holds (30 s at most: it waits for ptys and the
     /// kernel, not for a timer of ours).
+    /// `condition` asked on the loop's thread, for up to 30 s.
     private static func eventually(_ loop: EventLoop, _ condition: @escaping () -> Bool) async -> Bool {
-        for _ in 0..<1_500 {
-            if await loop.perform(condition) { return true }
-            try? await Task.sleep(for: .milliseconds(20))
-        }
-        return await loop.perform(condition)
+        await TestSupport.eventually(within: .seconds(30)) { await loop.perform(condition) }
     }
 
     private static func linkTarget(_ path: String) -> String {

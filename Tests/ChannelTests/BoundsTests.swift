@@ -4,6 +4,7 @@ import Glibc
 import NetStack
 import PPP
 import Testing
+import TestSupport
 @testable import Channel
 import ChannelTestSupport
 
@@ -211,7 +212,7 @@ struct BoundsTests {
             guard case let .success(fd) = Host.connect(TCPEndpoint(IPv4Address(127, 0, 0, 1), terminalPort)) else { Issue.record("connect"); return }
             clients.append(fd)
         }
-        for _ in 0..<200 where rig.channel.bridgeStatus[0].traffic.active < 2 { try await Task.sleep(for: .milliseconds(25)) }
+        _ = await eventually(within: .seconds(5)) { rig.channel.bridgeStatus[0].traffic.active >= 2 }
         #expect(rig.channel.bridgeStatus[0].traffic.active == 2)
         guard case let .success(third) = Host.connect(TCPEndpoint(IPv4Address(127, 0, 0, 1), terminalPort)) else { Issue.record("connect"); return }
         Host.setTimeout(third, seconds: 10)
@@ -230,7 +231,7 @@ struct BoundsTests {
         // terminal → host: two held by the host server, the third's SYN reset by our stack.
         let target = TCPEndpoint(a.ip, hostPort)
         let held = (0..<2).map { i in Task { await rig.terminal.transfer(to: target, payload: Array("held \(i)".utf8)) } }
-        for _ in 0..<200 where server.acceptedCount < 2 { try await Task.sleep(for: .milliseconds(25)) }
+        _ = await eventually(within: .seconds(5)) { server.acceptedCount >= 2 }
         #expect(server.acceptedCount == 2)
         let third2 = await rig.terminal.transfer(to: target, payload: Array("one too many".utf8))
         #expect(third2.outcome == TCPCloseReason.refused.rawValue)

@@ -4,6 +4,7 @@ import Glibc
 import NetStack
 import PPP
 import Testing
+import TestSupport
 @testable import Channel
 import ChannelTestSupport
 
@@ -188,9 +189,9 @@ struct ChannelTests {
         let payload = Host.random(2 << 20, seed: 21)
         let r = await rig.terminal.transfer(to: TCPEndpoint(a.ip, port), payload: payload)
         #expect(r.received == Array("bye".utf8))
-        for _ in 0..<200 where received.value == nil { try await Task.sleep(for: .milliseconds(100)) }
+        _ = await eventually(within: .seconds(20)) { received.value != nil }
         #expect(received.value.map(Host.sha) == Host.sha(payload), "host got \(received.value?.count ?? -1) of \(payload.count) bytes")
-        for _ in 0..<50 where rig.channel.bridgeStatus[0].traffic.active > 0 { try await Task.sleep(for: .milliseconds(100)) }
+        _ = await eventually(within: .seconds(5)) { rig.channel.bridgeStatus[0].traffic.active == 0 }
         #expect(rig.channel.bridgeStatus[0].traffic.active == 0)
         await rig.cleanUp()
     }
@@ -261,7 +262,7 @@ struct ChannelTests {
             }
         }
         // Wait until all five are relayed.
-        for _ in 0..<200 where rig.channel.proxyConnections.count < 5 { try await Task.sleep(for: .milliseconds(25)) }
+        _ = await eventually(within: .seconds(5)) { rig.channel.proxyConnections.count >= 5 }
         let open = rig.channel.proxyConnections
         #expect(open.count == 5)
         if open.count != 5 {
@@ -363,7 +364,7 @@ struct ChannelTests {
         guard case let .success(client) = Host.connect(TCPEndpoint(IPv4Address(127, 0, 0, 1), port)) else { Issue.record("connect"); return }
         _ = Host.sendAll(client, Host.random(200_000, seed: 3))
         let held = Task { await rig.terminal.transfer(to: TCPEndpoint(rig.channel.currentAddresses!.ip, hostPort), payload: Host.random(100_000, seed: 4)) }
-        for _ in 0..<200 where server.acceptedCount < 1 { try await Task.sleep(for: .milliseconds(25)) }
+        _ = await eventually(within: .seconds(5)) { server.acceptedCount >= 1 }
         #expect(server.acceptedCount == 1)
         let hungUp = monotonicNow()
         rig.terminal.hangUp()
@@ -387,9 +388,9 @@ struct ChannelTests {
         // And the process's count, which those suites make only an upper bound: what leaked
         // here stays, what they hold goes.
         var open = Host.openDescriptors()
-        for _ in 0..<100 where open > before {
-            try await Task.sleep(for: .milliseconds(50))
+        _ = await eventually(within: .seconds(5)) {
             open = Host.openDescriptors()
+            return open <= before
         }
         #expect(open <= before + 8)
 

@@ -5,6 +5,7 @@ import Glibc
 import PPP
 import Proxy
 import Testing
+import TestSupport
 @testable import Channel
 import ChannelTestSupport
 
@@ -367,8 +368,7 @@ import ChannelTestSupport
     }
 
     func waitUntil(_ condition: () -> Bool) async throws {
-        for _ in 0..<200 where !condition() { try await Task.sleep(for: .milliseconds(10)) }
-        #expect(condition())
+        #expect(await eventually(within: .seconds(2), every: .milliseconds(10), condition))
     }
 }
 
@@ -465,16 +465,11 @@ final class ProxyOnAStack: @unchecked Sendable {
 
     /// Moves packets and checks `condition` on the loop until it holds, for up to `limit`.
     func waitUntil(upTo limit: Duration = .seconds(30), _ condition: @escaping () -> Bool) async throws -> Bool {
-        let clock = ContinuousClock()
-        let deadline = clock.now + limit
-        while true {
-            let met = await loop.perform { [self] () -> Bool in
+        await eventually(within: limit, every: .milliseconds(5)) {
+            await loop.perform { [self] () -> Bool in
                 shuttle()
                 return condition()
             }
-            if met { return true }
-            if clock.now >= deadline { return false }
-            try await Task.sleep(for: .milliseconds(5))
         }
     }
 

@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+import TestSupport
 
 /// The package root (…/Tests/InteropTests/Harness.swift → …).
 let packageRoot: String = {
@@ -111,12 +112,7 @@ struct InteropError: Error, CustomStringConvertible {
 /// Polls `condition` until it holds or `timeout` passes; returns whether it held. The task
 /// sleeps between polls (a thread of the test runner's pool is never held).
 func eventually(_ timeout: TimeInterval, _ condition: () -> Bool) async -> Bool {
-    let deadline = Date().addingTimeInterval(timeout)
-    while Date() < deadline {
-        if condition() { return true }
-        try? await Task.sleep(for: .milliseconds(50))
-    }
-    return condition()
+    await TestSupport.eventually(within: .milliseconds(Int64(timeout * 1000)), every: .milliseconds(50), condition)
 }
 
 

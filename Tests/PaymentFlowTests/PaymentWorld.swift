@@ -6,6 +6,7 @@ import NetStack
 import Payment
 import PaymentKit
 import Testing
+import TestSupport
 
 /// Everything a payment needs, for real: the gateway server on loopback, the terminal simulator
 /// on a pty (its own PPP link and stack), and the host SDK opening that pty through the channel.
@@ -142,13 +143,7 @@ final class PaymentWorld: @unchecked Sendable {
     /// Waits (bounded) until `condition` holds. The bound is wide: while the VM suites hold the
     /// test runner's threads, this task (or one it waits for) may not run for a minute.
     func eventually(_ what: String, timeout: Duration = .seconds(150), _ condition: () -> Bool) async -> Bool {
-        let deadline = ContinuousClock.now + timeout
-        while ContinuousClock.now < deadline {
-            if condition() { return true }
-            try? await Task.sleep(for: .milliseconds(20))
-        }
-        // A test task starved past its deadline (a loaded machine) still looks once more.
-        if condition() { return true }
+        if await TestSupport.eventually(within: timeout, condition) { return true }
         Issue.record("timed out waiting for \(what)")
         return false
     }
