@@ -115,7 +115,7 @@ let package = Package(
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .target(name: "ChannelTestSupport", dependencies: ["Channel", "NetStack", "Crypto"], path: "Tests/ChannelTestSupport"),
         .testTarget(name: "ChannelTests", dependencies: ["Channel", "CSystem", "NetStack", "Proxy", "PPP", "Crypto", "ChannelTestSupport", "TestSupport"]),
-        .testTarget(name: "PaymentTests", dependencies: ["Payment", "PaymentKit", "Crypto", "NetStack"]),
+        .testTarget(name: "PaymentTests", dependencies: ["Payment", "PaymentKit", "Crypto", "NetStack", "TestSupport"]),
         // The payment layer end to end: terminal simulator on a pty, our PPP link and stack, the
         // channel's bridge and SOCKS proxy, the gateway server, the host SDK.
         .testTarget(name: "PaymentFlowTests", dependencies: ["PaymentKit", "Payment", "Channel", "NetStack", "Crypto", "ChannelTestSupport", "TestSupport"]),

@@ -3,19 +3,12 @@ import Foundation
 import Glibc
 import NetStack
 import Testing
+import TestSupport
 @testable import PPPBridgeCLI
 @testable import Service
 
 /// A scratch directory (mode 0700) removed when the test ends.
-final class ServiceScratch {
-    let path: String
-    init() throws {
-        var template = Array((NSTemporaryDirectory() + "pppbridge-service-XXXXXX").utf8CString)
-        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else { throw SystemError("mkdtemp") }
-        path = String(cString: made)
-    }
-    deinit { try? FileManager.default.removeItem(atPath: path) }
-}
+typealias ServiceScratch = ScratchDirectory
 
 /// A blocking client of a Unix socket, with a receive timeout so a test never hangs.
 private func connectUnix(_ path: String) throws -> Int32 {

@@ -10,13 +10,7 @@ import TestSupport
 /// The simulator of many terminals, and `Service` against it on one loop: real ptys, our
 /// stack at both ends.
 @Suite(.serialized) struct TerminalFarmTests {
-    private static func directory() throws -> String {
-        var template = [UInt8]("/tmp/pppbridge-farm-XXXXXX".utf8CString.map { UInt8(bitPattern: $0) })
-        let made = template.withUnsafeMutableBufferPointer { p in
-            p.withMemoryRebound(to: CChar.self) { mkdtemp($0.baseAddress!).map { String(cString: $0) } }
-        }
-        return try #require(made)
-    }
+    private static func directory() throws -> String { try TemporaryDirectory.make("farm") }
 
     /// Polls `condition` on the loop until it holds (30 s at most: it waits for ptys and the
     /// kernel, not for a timer of ours).

@@ -3,13 +3,13 @@ import Glibc
 import Payment
 import PaymentKit
 import Testing
+import TestSupport
 
 /// Discovery believes only lines in a directory nobody else can write to.
 @Suite struct LineTrustTests {
     @Test(arguments: [(0o700, true), (0o755, true), (0o770, false), (0o720, false), (0o777, false), (0o1777, false), (0o1770, false)])
     func aDirectoryOthersCanWriteToIsNotTrusted(mode: Int, trusted: Bool) throws {
-        var template = Array("/tmp/pppbridge-trust-XXXXXX".utf8CString)
-        let directory = try #require(template.withUnsafeMutableBufferPointer { mkdtemp($0.baseAddress!) }.map { String(cString: $0) })
+        let directory = try TemporaryDirectory.make("trust")
         defer { rmdir(directory) }
         #expect(chmod(directory, mode_t(mode)) == 0)
         do {

@@ -41,10 +41,7 @@ final class PaymentWorld: @unchecked Sendable {
     }
 
     init(update: Update? = nil, relay relayMode: FrameRelay.Mode? = nil, terminalSetup: (inout TerminalSimulator.Configuration) -> Void = { _ in }) throws {
-        var template = [UInt8]("/tmp/pppbridge-pay-XXXXXX".utf8CString.map { UInt8(bitPattern: $0) })
-        directory = template.withUnsafeMutableBufferPointer { p in
-            p.withMemoryRebound(to: CChar.self) { String(cString: mkdtemp($0.baseAddress!)) }
-        }
+        directory = try TemporaryDirectory.make("pay")
         linkPath = directory + "/SIM-00000001"
         pcapPath = directory + "/session.pcap"
         signingKey = try SecureBytes.random(32)

@@ -4,15 +4,13 @@ import NetStack
 @testable import Payment
 @testable import PaymentKit
 import Testing
+import TestSupport
 
 /// The simulator's state file refuses what it cannot trust (a link, a FIFO, a file open to
 /// others, another format) with an error instead of hanging or starting on planted keys, and
 /// keeps its counter across a save and a load.
 @Suite struct TerminalStateFileTests {
-    func scratch() -> String {
-        var template = Array("/tmp/pppbridge-state-XXXXXX".utf8CString)
-        return template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)) }
-    }
+    func scratch() throws -> String { try TemporaryDirectory.make("state") }
 
     func error(_ file: TerminalStateFile) -> String? {
         do { _ = try file.load() } catch { return error.description }
@@ -20,7 +18,7 @@ import Testing
     }
 
     @Test func aSavedStateLoadsBackPrivateWithItsCounter() throws {
-        let dir = scratch()
+        let dir = try scratch()
         defer { _ = try? FileManager.default.removeItem(atPath: dir) }
         let file = TerminalStateFile(path: dir + "/terminal.state")
         #expect(try file.load() == nil, "no file yet: a first start")
@@ -33,7 +31,7 @@ import Testing
     }
 
     @Test func aLinkAFIFOAFileOpenToOthersAndAnotherFormatAreRefused() throws {
-        let dir = scratch()
+        let dir = try scratch()
         defer { _ = try? FileManager.default.removeItem(atPath: dir) }
         let good = TerminalStateFile(path: dir + "/good.state")
         try good.save(TerminalSecurity.testDevice())

@@ -1,4 +1,5 @@
 import Foundation
+import Glibc
 
 /// The files the suites share: the PPP traces of `../shared/traces` beside the checkout, and
 /// scratch directories that go when the test ends.
@@ -34,12 +35,24 @@ public enum Traces {
     }
 }
 
-/// A scratch directory removed when the test ends.
+/// A new directory of the test's own: mkdtemp(3) under /tmp, mode 0700, a short path (Unix
+/// socket paths inside it stay far below sun_path's 108 bytes). The caller removes it, or
+/// uses `ScratchDirectory`.
+public enum TemporaryDirectory {
+    public static func make(_ name: String) throws -> String {
+        var template = Array("/tmp/pppbridge-\(name)-XXXXXX".utf8CString)
+        guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else {
+            throw Traces.Missing(description: "mkdtemp /tmp/pppbridge-\(name)-XXXXXX failed (errno \(errno))")
+        }
+        return String(cString: made)
+    }
+}
+
+/// A scratch directory (`TemporaryDirectory`) removed with everything in it when the test ends.
 public final class ScratchDirectory {
     public let path: String
-    public init() throws {
-        path = NSTemporaryDirectory() + "pppbridge-test-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    public init(_ name: String = "test") throws {
+        path = try TemporaryDirectory.make(name)
     }
     deinit { try? FileManager.default.removeItem(atPath: path) }
 }
