@@ -19,7 +19,8 @@ Meanwhile workers send random data through the bridges and check it comes back i
 
 - crashes: serve or the simulator died (or serve did not exit 0 on SIGTERM);
 - reopened_late: a terminal that is healthy again (its device back, its silence or noise over,
-  its file back) not open within its holdoff plus 5 s;
+  its file back) not open within its holdoff plus 5 s (an edited or renamed file: from the end
+  of its old link's close, which is bounded on its own by RFC 1661's Terminate timers plus 5 s);
 - bytes_lost: bytes sent through a bridge of a link that was healthy for the whole transfer
   that did not come back intact;
 - fd_delta, rss_delta_percent: serve's descriptors and RSS after every terminal is removed,
@@ -51,6 +52,10 @@ from proc_stats import fd_count, rss_kib, rss_split
 
 HOLDOFF = 1
 GRACE = 5
+# An edited or renamed file closes its link first: LCP Terminate-Request until the peer's
+# Terminate-Ack, at most Max-Terminate (2) Restart timers (3 s) (RFC 1661 section 4.6). The
+# reopen is timed from when that close ends; the close is bounded on its own.
+CLOSE_BOUND = 2 * 3
 
 
 
@@ -116,6 +121,8 @@ class Soak:
         self.present = {i: True for i in range(n)}  # its file is in the directory
         # Terminal -> (disturbed since, healthy again at or None while the fault lasts).
         self.disturbed = {}
+        # Terminals whose old link is letting go of the line (edit, rename): the name it has.
+        self.closing_name = {}
         self.history = {i: [] for i in range(n)}  # (start, end) intervals, for the data check
         self.busy = {i: [] for i in range(n)}  # floods and pressure: excluded from the data check
         self.faults = 0
@@ -184,10 +191,12 @@ class Soak:
             sim.request({"cmd": "silence", "terminal": i, "for": d})
         elif kind == "edit":
             self.begin(i, kind, 0)
+            self.closing_name[i] = self.fileName[i]
             self.write_conf(i, echo=self.rng.choice([1, 2]))
         elif kind == "rename":
             self.begin(i, kind, 0)
             old = self.fileName[i]
+            self.closing_name[i] = old
             new = f"t{i}" if old != f"t{i}" else f"t{i}-renamed"
             os.rename(os.path.join(self.conf, old + ".conf"), os.path.join(self.conf, new + ".conf"))
             self.fileName[i] = new
@@ -278,10 +287,24 @@ class Soak:
                 for i, (start, healthy_at) in list(self.disturbed.items()):
                     if not self.present[i] or now < healthy_at:
                         continue
+                    closing = self.closing_name.get(i)
+                    if closing is not None:
+                        if states.get(closing) == "closing":
+                            if now - start > CLOSE_BOUND + GRACE + 0.5:
+                                self.reopened_late.append((i, self.last_kind.get(i), "close", round(now - start, 1)))
+                                del self.closing_name[i]
+                            else:
+                                # Still waiting for the peer's Terminate-Ack: the reopen's clock
+                                # starts when the close ends.
+                                self.disturbed[i] = (start, now)
+                                continue
+                        else:
+                            del self.closing_name[i]
                     if states.get(self.fileName[i]) == "open" and now - healthy_at > 0.3:
                         late = now - healthy_at
                         self.history[i].append((start, now))
                         del self.disturbed[i]
+                        self.closing_name.pop(i, None)
                         self.reopened += 1
                         if late > HOLDOFF + GRACE + 0.5:
                             self.reopened_late.append((i, self.last_kind.get(i), round(late, 1)))
@@ -290,6 +313,7 @@ class Soak:
                         self.reopened_late.append((i, self.last_kind.get(i), "never"))
                         self.history[i].append((start, now))
                         del self.disturbed[i]
+                        self.closing_name.pop(i, None)
             if self.stop.is_set() and time.time() > self.stop_time + 90:
                 break
             time.sleep(0.5)

@@ -133,11 +133,12 @@ public enum Host {
         }
     }
 
-    /// Connects, sends `payload` (from another thread), half-closes, and reads until the other side closes.
-    public static func exchange(_ endpoint: TCPEndpoint, _ payload: [UInt8]) async -> (bytes: [UInt8], clean: Bool)? {
+    /// Connects, sends `payload` (from another thread), half-closes, and reads until the other
+    /// side closes; a read or write that waits `timeout` seconds ends it (`clean` false).
+    public static func exchange(_ endpoint: TCPEndpoint, _ payload: [UInt8], timeout: Int = 20) async -> (bytes: [UInt8], clean: Bool)? {
         await withCheckedContinuation { c in
             Thread.detachNewThread {
-                guard case let .success(fd) = connect(endpoint) else { return c.resume(returning: nil) }
+                guard case let .success(fd) = connect(endpoint, timeout: timeout) else { return c.resume(returning: nil) }
                 let writer = DispatchGroup()
                 writer.enter()
                 Thread.detachNewThread {

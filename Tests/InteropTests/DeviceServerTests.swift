@@ -125,10 +125,18 @@ final class DeviceServerRig {
 }
 
 @Suite(.serialized, .timeLimit(.minutes(5))) struct DeviceServerTests {
-    private static func exchange(_ port: UInt16, _ count: Int, seed: UInt64) async -> Bool {
+    /// `count` random bytes through the bridge and back: nil when they came back intact, else
+    /// what went wrong (so a failure says whether it was the connect, a stall or the data).
+    private static func exchange(_ port: UInt16, _ count: Int, seed: UInt64) async -> String? {
         let payload = Host.random(count, seed: seed)
-        guard let r = await Host.exchange(TCPEndpoint(IPv4Address(127, 0, 0, 1), port), payload) else { return false }
-        return r.clean && Host.sha(r.bytes) == Host.sha(payload)
+        let start = Date()
+        // A minute without progress ends it: on a loaded machine a few frames lost on the line
+        // back TCP's retransmission timer off (1, 2, 4, 8, 16 s) past the usual 20 s.
+        guard let r = await Host.exchange(TCPEndpoint(IPv4Address(127, 0, 0, 1), port), payload, timeout: 60) else { return "the bridge refused the connection" }
+        let took = String(format: "%.1f s", Date().timeIntervalSince(start))
+        if !r.clean { return "\(r.bytes.count) of \(count) bytes back, then a timeout or reset after \(took)" }
+        if Host.sha(r.bytes) != Host.sha(payload) { return "\(r.bytes.count) of \(count) bytes back in \(took), not what was sent" }
+        return nil
     }
 
     /// The status file's JSON.
@@ -148,7 +156,7 @@ final class DeviceServerRig {
                                         "--persist", "--status-json", status], capture: false)
         defer { bridge.cleanUp() }
         #expect(await eventually(30) { bridge.has("bridge host→terminal on port \(simulator.echoPort)") }, "\(bridge.output)")
-        #expect(await Self.exchange(simulator.echoPort, 1 << 20, seed: 11), "1 MiB through the bridge over ser2net")
+        #expect(await Self.exchange(simulator.echoPort, 1 << 20, seed: 11) == nil, "1 MiB through the bridge over ser2net")
 
         // The device server goes away and comes back: the link ends as a hang-up and opens again.
         await server.stop()
@@ -156,7 +164,7 @@ final class DeviceServerRig {
         try await server.start()
         #expect(await eventually(40) { bridge.output.components(separatedBy: "bridge host→terminal on port \(simulator.echoPort)").count >= 3 },
                 "\(bridge.output)")
-        #expect(await Self.exchange(simulator.echoPort, 64 * 1024, seed: 12), "data through the link made again")
+        #expect(await Self.exchange(simulator.echoPort, 64 * 1024, seed: 12) == nil, "data through the link made again")
         #expect(await eventually(5) { Self.status(status)["state"] as? String == "open" })
         #expect(await bridge.terminate() == 0)
         await server.stop()
@@ -184,7 +192,7 @@ final class DeviceServerRig {
         #expect(port["data_bits"] as? Int == 8 && port["parity"] as? Int == 1 && port["stop_bits"] as? Int == 1)
         let stty = try await runCommand("/bin/stty", ["-F", device], timeout: 10)
         #expect(stty.output.contains("speed 57600 baud"), "\(stty.output)")
-        #expect(await Self.exchange(simulator.echoPort, 1 << 20, seed: 13), "1 MiB through the bridge over RFC 2217")
+        #expect(await Self.exchange(simulator.echoPort, 1 << 20, seed: 13) == nil, "1 MiB through the bridge over RFC 2217")
         #expect(await bridge.terminate() == 0)
         await server.stop()
         print("ser2net rfc2217: the server answered \(port); the pty: \(stty.output.split(separator: ";").first ?? "")")
@@ -214,7 +222,7 @@ final class DeviceServerRig {
             list = (try? String(contentsOfFile: dir + "/serve.log", encoding: .utf8)) ?? ""
             return list.contains("lane1: open, ")
         }, "\(list)")
-        #expect(await Self.exchange(simulator.echoPort, 256 * 1024, seed: 14), "data through a served \(kind) line")
+        #expect(await Self.exchange(simulator.echoPort, 256 * 1024, seed: 14) == nil, "data through a served \(kind) line")
         let ctl = try await runCommand(BridgeProcess.binary, ["ctl", "--control", control, "status", "lane1"], timeout: 10)
         if kind == "rfc2217" {
             #expect(ctl.output.contains("\"rfc2217\":{") && ctl.output.contains("\"baud\":115200"), "\(ctl.output)")
