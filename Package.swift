@@ -4,7 +4,7 @@ import PackageDescription
 let package = Package(
     name: "pppbridge",
     products: [
-        // What terminal-proxy programs link.
+        // What terminal-proxy programs link: no simulator or test double in it.
         .library(name: "PPPBridge", targets: ["Framing", "Wire", "PPP", "NetStack", "RemoteSerial", "Capture", "Replay", "Crypto", "Payment", "Proxy", "Channel", "PaymentKit", "Service"]),
         // The channel for C and every language that calls C (Sources/PPPBridgeC/include/pppbridge.h).
         .library(name: "PPPBridgeC", type: .dynamic, targets: ["PPPBridgeC"]),
@@ -45,7 +45,7 @@ let package = Package(
         .target(name: "Replay", dependencies: ["Capture", "Framing", "PPP", "NetStack", "Wire"]),
 
         // The payment layer's sans-IO core: DUKPT, PIN blocks, TR-31, the reader protocol's
-        // framing and messages, the terminal's and gateway's decisions.
+        // framing and messages, the host's reader session.
         .target(name: "Payment", dependencies: ["Crypto", "Wire"]),
 
         // The only layer that touches the OS: lines, the event loop, signals, captures.
@@ -54,7 +54,7 @@ let package = Package(
         .target(name: "Proxy", dependencies: ["NetStack"]),
         .target(name: "Channel", dependencies: ["CSystem", "Framing", "PPP", "NetStack", "Proxy", "RemoteSerial", "Capture", "Crypto"]),
 
-        // The payment layer's programs: the terminal simulator, the gateway server, the host SDK.
+        // The host SDK: discovery, the reader's link through the channel, the gateway client.
         .target(name: "PaymentKit", dependencies: ["Payment", "Channel", "NetStack", "PPP", "Crypto"]),
 
         // The C API: ICPPP's calls as C functions over `Channel`.
@@ -65,9 +65,10 @@ let package = Package(
         // pb_service_* calls open.
         .target(name: "Service", dependencies: ["CSystem", "Channel", "NetStack", "PPP", "Framing", "RemoteSerial", "Capture", "Crypto"]),
 
-        // Many simulated terminals in one process (`pppbridge simulate`): what the scale
-        // benchmark and the fault soak run `serve` against.
-        .target(name: "Simulation", dependencies: ["Channel", "NetStack", "PPP"]),
+        // Every simulator and test double, outside the product: a terminal on a pty (Line),
+        // the payment terminal's and gateway's cores (Terminal, Gateway) and their servers
+        // (TerminalServer), many terminals in one process (Farm, `pppbridge simulate`).
+        .target(name: "Simulation", dependencies: ["Channel", "NetStack", "PPP", "Payment", "PaymentKit", "Crypto", "Wire"]),
 
         // The command-line tool: its commands live in a library so tests can drive them.
         .target(name: "PPPBridgeCLI", dependencies: ["Framing", "PPP", "NetStack", "RemoteSerial", "Capture", "Replay", "Channel", "Crypto", "Payment", "PaymentKit", "Service", "Simulation"]),
@@ -83,7 +84,7 @@ let package = Package(
         .target(name: "CAllocationCounter", path: "Tools/CAllocationCounter", cSettings: [.unsafeFlags(["-O2"])]),
         .executableTarget(
             name: "PPPBridgeBench",
-            dependencies: ["Framing", "CFramingBaseline", "CAllocationCounter", "Channel", "NetStack", "CSystem"],
+            dependencies: ["Framing", "CFramingBaseline", "CAllocationCounter", "Channel", "NetStack", "CSystem", "Simulation"],
             path: "Tools/Bench"
         ),
 
@@ -114,14 +115,14 @@ let package = Package(
         // Host-side helpers (loopback servers and clients) shared by the channel's tests.
         .target(name: "TestSupport", path: "Tests/TestSupport"),
         .target(name: "ChannelTestSupport", dependencies: ["Channel", "NetStack", "Crypto"], path: "Tests/ChannelTestSupport"),
-        .testTarget(name: "ChannelTests", dependencies: ["Channel", "CSystem", "NetStack", "Proxy", "PPP", "Crypto", "ChannelTestSupport", "TestSupport"]),
-        .testTarget(name: "PaymentTests", dependencies: ["Payment", "PaymentKit", "Crypto", "NetStack", "TestSupport"]),
+        .testTarget(name: "ChannelTests", dependencies: ["Channel", "CSystem", "NetStack", "Proxy", "PPP", "Crypto", "Simulation", "ChannelTestSupport", "TestSupport"]),
+        .testTarget(name: "PaymentTests", dependencies: ["Payment", "PaymentKit", "Simulation", "Crypto", "NetStack", "TestSupport"]),
         // The payment layer end to end: terminal simulator on a pty, our PPP link and stack, the
         // channel's bridge and SOCKS proxy, the gateway server, the host SDK.
-        .testTarget(name: "PaymentFlowTests", dependencies: ["PaymentKit", "Payment", "Channel", "NetStack", "Crypto", "ChannelTestSupport", "TestSupport"]),
+        .testTarget(name: "PaymentFlowTests", dependencies: ["PaymentKit", "Payment", "Simulation", "Channel", "NetStack", "Crypto", "ChannelTestSupport", "TestSupport"]),
         .testTarget(name: "CLITests", dependencies: ["PPPBridgeCLI", "Service", "Capture", "Channel", "Payment", "Simulation", "ChannelTestSupport", "TestSupport"]),
         // Real peers: Debian's pppd in a QEMU VM (Tools/vmpeer) against the built `pppbridge`.
-        .testTarget(name: "InteropTests", dependencies: ["pppbridge", "Crypto", "Channel", "NetStack", "ChannelTestSupport", "TestSupport"]),
+        .testTarget(name: "InteropTests", dependencies: ["pppbridge", "Crypto", "Channel", "NetStack", "Simulation", "ChannelTestSupport", "TestSupport"]),
     ],
     swiftLanguageModes: [.v6]
 )

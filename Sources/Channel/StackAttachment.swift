@@ -52,12 +52,12 @@ extension StackApplication {
 public final class StackAttachment: NetworkAttachment {
     /// Set and cleared only by `linkUp` and `linkDown`, together with `stackIsUp`.
     #if DEBUG
-    public internal(set) var stack: IPStack?
+    public package(set) var stack: IPStack?
     #else
     // Unchecked in release builds (docs/PERFORMANCE.md): the stack is sans-IO, and the
     // applications reach it one call at a time (`host.stack!.read(…)`) or through `inPlace`
     // with closures that touch only the stack they are given, so no access nests in another.
-    @exclusivity(unchecked) public internal(set) var stack: IPStack?
+    @exclusivity(unchecked) public package(set) var stack: IPStack?
     #endif
     // Unchecked in release builds (docs/PERFORMANCE.md says why): plain values and standard
     // collections, never changed across a call back into this object.
@@ -322,7 +322,7 @@ public final class StackAttachment: NetworkAttachment {
 
     /// Routes the stack's events to their owners, then lets every application move data.
     /// Applications may call back into the stack (and so cause more events) while serving.
-    func serve(now: Instant) {
+    package func serve(now: Instant) {
         guard stackIsUp, !serving else { return }
         serving = true
         eventsLeft = false

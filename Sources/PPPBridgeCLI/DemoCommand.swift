@@ -5,6 +5,7 @@ import Foundation
 import Glibc
 import NetStack
 import PPP
+import Simulation
 
 /// `pppbridge demo`: the whole channel with no hardware. A pty pair; on one end a simulated
 /// terminal (our stack in the terminal role, serving echo), on the other the channel (host

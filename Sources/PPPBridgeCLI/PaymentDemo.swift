@@ -5,6 +5,7 @@ import Glibc
 import NetStack
 import Payment
 import PaymentKit
+import Simulation
 
 /// The payment half of `pppbridge demo`: a gateway simulator on loopback, a terminal simulator
 /// on a pty, and the host SDK over our channel. The merchant logs in, the reader is found by

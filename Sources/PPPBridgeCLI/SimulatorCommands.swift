@@ -6,6 +6,7 @@ import Glibc
 import NetStack
 import Payment
 import PaymentKit
+import Simulation
 
 /// Runs `body` on a fresh loop thread and waits for SIGINT/SIGTERM; `stop` runs after.
 func serveUntilSignalled(_ name: String, error: @escaping (String) -> Void, _ start: (EventLoop) throws -> Void,

@@ -65,7 +65,7 @@ public struct DiscoveredReader: Sendable, Equatable, CustomStringConvertible {
                             "DeviceType": .string(deviceType), "Protocols": ["com.example.paybridge.ppp", "com.example.paybridge.transaction"],
                             "RequiresPairing": .bool(requiresPairing)]
         if let rssi { j = j.setting("RSSI", .integer(Int64(rssi))) }
-        if let batteryLevel { j = j.setting("BatteryLevel", .number(TerminalCore.fraction(batteryLevel))) }
+        if let batteryLevel { j = j.setting("BatteryLevel", .number(PaymentRules.fraction(batteryLevel))) }
         if let softwareVersion { j = j.setting("SoftwareVersion", .string(softwareVersion)) }
         return j
     }

@@ -48,7 +48,7 @@ public enum GatewayCanonical {
         return out
     }
 
-    static func field(_ r: JSONValue, _ name: String) -> String {
+    package static func field(_ r: JSONValue, _ name: String) -> String {
         switch r[name] {
         case .string(let s)?: return s
         case .integer(let i)?: return String(i)

@@ -40,7 +40,7 @@ public struct PaymentMessage: Sendable, Equatable {
             self.poiID = poiID
         }
 
-        var json: JSONValue {
+        package var json: JSONValue {
             var m: [(String, JSONValue)] = []
             if let protocolVersion { m.append(("ProtocolVersion", .string(protocolVersion))) }
             m.append(("MessageClass", .string(messageClass.rawValue)))

@@ -27,6 +27,13 @@ public enum PaymentRules {
         return d
     }
 
+    /// A fraction in 0...1 (battery, progress) written with two decimals; anything else is
+    /// clamped into it (NaN reads as 0).
+    public static func fraction(_ v: Double) -> String {
+        let hundredths = Int(((v.isNaN ? 0 : min(1, max(0, v))) * 100).rounded())
+        return "\(hundredths / 100).\(hundredths % 100 < 10 ? "0" : "")\(hundredths % 100)"
+    }
+
     /// `count` decimal digits in `range`.
     public static func isDigits(_ s: String, _ range: ClosedRange<Int>) -> Bool {
         range.contains(s.utf8.count) && s.utf8.allSatisfy(isDigit)

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import NetStack
 import PPP
+import Simulation
 import Testing
 import TestSupport
 @testable import Channel

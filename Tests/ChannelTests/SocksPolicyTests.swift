@@ -4,6 +4,7 @@ import Glibc
 @testable import NetStack
 import PPP
 import Proxy
+import Simulation
 import Testing
 import TestSupport
 @testable import Channel

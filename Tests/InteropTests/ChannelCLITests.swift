@@ -3,6 +3,7 @@ import ChannelTestSupport
 import Foundation
 import Glibc
 import NetStack
+import Simulation
 import Testing
 
 /// `pppbridge run` with bridges and the proxy, against a simulated terminal (our stack in the

@@ -2,6 +2,7 @@ import Channel
 import ChannelTestSupport
 import Foundation
 import NetStack
+import Simulation
 import Testing
 
 /// `serve`'s control socket streams every connection through a terminal's proxy and bridges

@@ -5,6 +5,7 @@ import Glibc
 import NetStack
 import Payment
 import PaymentKit
+import Simulation
 import Testing
 
 /// Discovery over the lines this machine offers (three terminal simulators on ptys in one

@@ -5,6 +5,7 @@ import Glibc
 import NetStack
 import Payment
 import PaymentKit
+import Simulation
 import Testing
 import TestSupport
 

@@ -1,5 +1,6 @@
 import Crypto
 import Payment
+import Simulation
 import Testing
 
 let now = WallTime(rfc3339: "2026-11-01T10:00:00Z")!

@@ -2,6 +2,7 @@ import Crypto
 import NetStack
 @testable import Payment
 @testable import PaymentKit
+@testable import Simulation
 import Testing
 
 /// A hostile peer against the payment layer's cores, sans-IO: nothing it sends may trap, grow a
@@ -301,7 +302,7 @@ import Testing
         #expect(TerminalControlCommands.handle(core: t, ["cmd": "setBattery", "level": .number("0.5")], now: .zero)["ok"]?.bool == true)
         #expect(TerminalControlCommands.handle(core: t, ["cmd": "setBattery", "level": 1], now: .zero)["ok"]?.bool == true)
         #expect(TerminalControlCommands.handle(core: t, ["cmd": "status"], now: .zero)["battery"] == .number("1.00"))
-        #expect(TerminalCore.fraction(.infinity) == "1.00" && TerminalCore.fraction(.nan) == "0.00" && TerminalCore.fraction(-3) == "0.00")
+        #expect(PaymentRules.fraction(.infinity) == "1.00" && PaymentRules.fraction(.nan) == "0.00" && PaymentRules.fraction(-3) == "0.00")
     }
 
     @Test func linkDownTimesBeyondADayOrNotFiniteAreRefused() throws {

@@ -1,5 +1,6 @@
 import Crypto
 @testable import Payment
+@testable import Simulation
 import Testing
 
 /// The gateway keeps every operation under the merchant whose session asked for it.

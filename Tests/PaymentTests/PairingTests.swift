@@ -2,6 +2,7 @@ import Crypto
 import NetStack
 import Payment
 @testable import PaymentKit
+@testable import Simulation
 import Testing
 
 /// The terminal's side of pairing, sans-IO on virtual time: pair by passkey, log in again with

@@ -2,6 +2,7 @@ import Crypto
 import NetStack
 @testable import Payment
 @testable import PaymentKit
+@testable import Simulation
 
 /// The host's reader session, the terminal's application and the gateway, all three sans-IO
 /// and wired together in memory on virtual time: every SDK flow end to end in milliseconds.

@@ -2,6 +2,7 @@ import Crypto
 import NetStack
 @testable import Payment
 @testable import PaymentKit
+@testable import Simulation
 import Testing
 
 /// The host's reader session against the terminal's application and the gateway, all sans-IO

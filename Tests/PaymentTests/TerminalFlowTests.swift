@@ -2,6 +2,7 @@ import Crypto
 import NetStack
 @testable import Payment
 @testable import PaymentKit
+@testable import Simulation
 import Testing
 
 /// The terminal's flows against the real gateway core, sans-IO on virtual time: a payment, its

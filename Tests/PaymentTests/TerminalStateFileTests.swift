@@ -3,6 +3,7 @@ import Glibc
 import NetStack
 @testable import Payment
 @testable import PaymentKit
+@testable import Simulation
 import Testing
 import TestSupport
 

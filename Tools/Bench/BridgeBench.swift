@@ -22,6 +22,7 @@ import Dispatch
 import Foundation
 import Glibc
 import NetStack
+import Simulation
 
 struct BridgeOptions {
     var mebibytes = 16

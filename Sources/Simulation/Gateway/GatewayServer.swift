@@ -2,6 +2,7 @@ import Channel
 import Glibc
 import NetStack
 import Payment
+import PaymentKit
 
 /// The simulated acquirer as a loopback TCP server: frames in, the gateway core's answers out,
 /// one answer per request, in order; a client may half-close after its request and still get

@@ -1,6 +1,7 @@
 import Channel
 import Glibc
 import Payment
+import PaymentKit
 
 /// The terminal simulator's persistent state: its DUKPT initial key, key ID and the KSN counter,
 /// in one JSON file of mode 0600. Each counter the gateway sees must be new (it refuses one not

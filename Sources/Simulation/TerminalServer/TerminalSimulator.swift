@@ -4,6 +4,7 @@ import Glibc
 import NetStack
 import PPP
 import Payment
+import PaymentKit
 
 /// A simulated payment terminal as a real program: our stack in the terminal role on a pty (the
 /// far end of the PPP link), the reader protocol on `readerPort` inside the link, the gateway

@@ -1,4 +1,5 @@
 import Crypto
+import Payment
 
 /// The terminal's secure module (SRED/PED): it holds the DUKPT initial key, advances the KSN per
 /// transaction, encrypts card data, enciphers the PIN, MACs the request and checks the gateway's

@@ -1,4 +1,5 @@
 import Crypto
+import Payment
 import Wire
 
 /// Diagnosis, reboot, software updates (offer, chunks, signature check) and shutdown.
@@ -15,7 +16,7 @@ extension TerminalCore {
         var body: JSONValue = [
             "Response": PaymentResponseStatus.success.json,
             "POIStatus": ["GlobalStatus": "OK", "CommunicationOKFlag": .bool(reachable ?? true)],
-            "Ext": ["Battery": ["Level": .number(TerminalCore.fraction(configuration.battery)), "Charging": false],
+            "Ext": ["Battery": ["Level": .number(PaymentRules.fraction(configuration.battery)), "Charging": false],
                     "SoftwareVersion": .string(configuration.softwareVersion),
                     "KeyProfile": ["Scheme": "AES128-DUKPT", "TransactionsRemaining": .integer(security.transactionsRemaining)]],
         ]
@@ -75,7 +76,7 @@ extension TerminalCore {
         a.image += data
         admin = a
         let progress = min(0.99, Double(a.image.count) / Double(max(1, a.offer.size)))
-        notify("ExtUpdateProgress", ext: ["Progress": .number(TerminalCore.fraction(progress))], now: now)
+        notify("ExtUpdateProgress", ext: ["Progress": .number(PaymentRules.fraction(progress))], now: now)
         requestNextChunk(now: now)
     }
 

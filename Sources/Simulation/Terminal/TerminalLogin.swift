@@ -1,4 +1,5 @@
 import Crypto
+import Payment
 import Wire
 
 /// The terminal's login: location, environment and merchant checks, the update check, the
@@ -117,7 +118,7 @@ extension TerminalCore {
         var ext: JSONValue = [
             "ReaderSession": .string(Hex.encode(token)),
             "LocationID": .string(pending.session.locationID),
-            "Battery": ["Level": .number(TerminalCore.fraction(configuration.battery)), "Charging": false],
+            "Battery": ["Level": .number(PaymentRules.fraction(configuration.battery)), "Charging": false],
             "KeyProfile": ["Scheme": "AES128-DUKPT", "TransactionsRemaining": .integer(security.transactionsRemaining)],
         ]
         if let offer = availableUpdate { ext = ext.setting("AvailableUpdate", offer.json) }
@@ -135,13 +136,6 @@ extension TerminalCore {
             ],
             "Ext": ext,
         ])
-    }
-
-    /// A fraction in 0...1 (battery, progress) with two decimals; anything else is clamped
-    /// into it (NaN reads as 0).
-    public static func fraction(_ v: Double) -> String {
-        let hundredths = Int(((v.isNaN ? 0 : min(1, max(0, v))) * 100).rounded())
-        return "\(hundredths / 100).\(hundredths % 100 < 10 ? "0" : "")\(hundredths % 100)"
     }
 
 

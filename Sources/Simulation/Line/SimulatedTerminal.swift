@@ -1,3 +1,4 @@
+import Channel
 import Crypto
 import Glibc
 import NetStack

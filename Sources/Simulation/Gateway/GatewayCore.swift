@@ -1,4 +1,5 @@
 import Crypto
+import Payment
 import Wire
 
 /// The acquirer side (specification §3, §4.10), sans-IO: one JSON request in, one JSON answer out

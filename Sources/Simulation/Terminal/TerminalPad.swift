@@ -1,4 +1,5 @@
 import Crypto
+import Payment
 import Wire
 
 /// What a person or the hardware does at the terminal ("inside the pad"): a card presented,

@@ -1,6 +1,7 @@
 import Crypto
 import NetStack
 import Payment
+import PaymentKit
 
 /// The terminal simulator's control commands (one JSON object per line on its control socket)
 /// turned into the pad's typed inputs. Every field is checked here: a wrong or out-of-range
@@ -54,7 +55,7 @@ enum TerminalControlCommands {
                 let s = core.padStatus
                 return ok([("pairing", .bool(s.pairing)), ("bonds", .integer(Int64(s.bonds))), ("serial", .string(s.serial)), ("version", .string(s.version)),
                            ("loggedIn", .bool(s.loggedIn)), ("busy", .bool(s.busy)), ("phase", s.phase.map { .string($0) } ?? .null),
-                           ("ksnCounter", .integer(Int64(s.ksnCounter))), ("battery", .number(TerminalCore.fraction(s.battery)))])
+                           ("ksnCounter", .integer(Int64(s.ksnCounter))), ("battery", .number(PaymentRules.fraction(s.battery)))])
             default:
                 return no("unknown command")
             }

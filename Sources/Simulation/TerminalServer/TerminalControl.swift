@@ -2,6 +2,7 @@ import Channel
 import Glibc
 import NetStack
 import Payment
+import PaymentKit
 
 /// A client of the terminal simulator's control socket (a Unix socket): one JSON line out, one
 /// back. Blocking, with a timeout; for tests, demos and `pppbridge control`.

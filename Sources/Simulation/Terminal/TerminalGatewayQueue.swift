@@ -1,4 +1,5 @@
 import Crypto
+import Payment
 import Wire
 
 /// The gateway queue: one request at a time, each with its deadline, sent directly (through

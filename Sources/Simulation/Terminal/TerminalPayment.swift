@@ -1,4 +1,5 @@
 import Crypto
+import Payment
 import Wire
 
 /// Payments and refunds (card, PIN, the gateway's authorisation and its MAC check, receipt),

@@ -1,6 +1,7 @@
 import Channel
 import NetStack
 import Payment
+import PaymentKit
 
 /// The terminal's reader-protocol listener on its own stack (inside PPP): one host connection
 /// at a time, frames in and out, the terminal core behind it. While a host is connected, a

@@ -1,4 +1,5 @@
 import Crypto
+import Payment
 import Wire
 
 /// The payment terminal's application, sans-IO (specification §4.3–4.7, §4.12): it serves the
