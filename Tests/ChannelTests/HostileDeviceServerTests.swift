@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import NetStack
 import Testing
+import TestSupport
 @testable import Channel
 
 /// A device server is a peer like any other: what it sends on a `tcp:` or `rfc2217:` line may
@@ -87,8 +88,7 @@ private final class HostileDeviceServer: @unchecked Sendable {
         let channel = Self.channel("rfc2217:127.0.0.1:\(server.port)")
         let reason = await Self.opened(channel)
         #expect(reason == .lineHangUp, "\(String(describing: reason))")
-        for _ in 0..<200 where !server.done.value { try await Task.sleep(for: .milliseconds(50)) }
-        #expect(server.done.value)
+        #expect(await eventually(within: .seconds(10)) { server.done.value })
         // What we wrote: the opening requests, LCP's Configure-Requests, and at most the
         // per-option budget of answers (256 options, 8 answers of 3 bytes each).
         let sent = server.received.value
@@ -117,7 +117,8 @@ private final class HostileDeviceServer: @unchecked Sendable {
         }
         let reason = await outcome.value
         #expect(reason != nil && reason != .lineHangUp, "\(String(describing: reason))")
-        #expect(server.received.value > 0, "our Configure-Requests reached the server")
+        // The server's thread counts what it reads on its own time: the open may be over first.
+        #expect(await eventually(within: .seconds(10)) { server.received.value > 0 }, "our Configure-Requests reached the server")
         print("hostile device server (silent): \(String(describing: reason)) after \(server.received.value) bytes sent")
         await channel.close()
     }
@@ -140,7 +141,7 @@ private final class HostileDeviceServer: @unchecked Sendable {
         let channel = Self.channel("rfc2217:127.0.0.1:\(server.port)", loop: loop)
         let outcome = Task { await Self.opened(channel) }
         // The opening and the settings go out (telnet is not held); then nothing more.
-        for _ in 0..<200 where server.received.value < 40 { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(await eventually(within: .seconds(20)) { server.received.value >= 40 })
         try await Task.sleep(for: .milliseconds(300))
         let held = server.received.value
         let turnsBefore = await loop.perform { loop.turns }
@@ -150,8 +151,7 @@ private final class HostileDeviceServer: @unchecked Sendable {
         #expect(turns < 1_000, "\(turns) turns in half a second while suspended")
         #expect(server.received.value == held, "written while suspended")
         resume.mutate { $0 = true }
-        for _ in 0..<300 where server.received.value == held { try await Task.sleep(for: .milliseconds(10)) }
-        #expect(server.received.value > held, "nothing written after RESUME")
+        #expect(await eventually(within: .seconds(20)) { server.received.value > held }, "nothing written after RESUME")
         print("suspended: \(turns) loop turns in 0.5 s, \(held) bytes before, \(server.received.value) after RESUME")
         await channel.close()
         outcome.cancel()
@@ -191,7 +191,7 @@ private final class HostileDeviceServer: @unchecked Sendable {
         let outcome = Task { await Self.opened(channel) }
         // Another link on the same loop comes up and carries data while the flood is read: the
         // flooded line is read to its budget per turn, and the rest wait their turn.
-        for _ in 0..<200 where channel.status.lineBytesIn < 1 << 20 { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(await eventually(within: .seconds(20)) { channel.status.lineBytesIn >= 1 << 20 })
         let echoPort = Host.freePort()
         let neighbour = try PtyRig(echoPorts: [echoPort])
         _ = try await neighbour.open()
