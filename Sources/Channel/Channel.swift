@@ -36,9 +36,9 @@ public struct ChannelConfiguration: Sendable {
     /// Ports that differ from a service's own (echo on 5000 rather than 7).
     public var servicePorts: [DiagnosticService: UInt16] = [:]
     /// The line's output queue: IP packets beyond it are dropped and the line is not read
-    /// until it drains (see `LinkSession.lineQueueLimit`). nil: about two seconds of line time
+    /// until it drains (see `LineFlowControl.limit`). nil: about two seconds of line time
     /// at the line's speed, 256 KiB on a pty or a descriptor without one
-    /// (`LinkSession.defaultLineQueueLimit`).
+    /// (`LineFlowControl.defaultLimit`).
     public var lineQueueLimit: Int?
     /// How a busy line is read: on a clock every 2 ms by default, an interval of zero for on
     /// every arrival (see `LineReadModeration`).

@@ -117,7 +117,7 @@ struct LineOutputQueue {
 /// The line's output queue: what it holds now, the most it held, and what it dropped.
 public struct LineQueueCounters: Sendable, Equatable, CustomStringConvertible {
     public var queued = 0
-    /// The limit in force (see `LinkSession.lineQueueLimit`).
+    /// The limit in force (see `LineFlowControl.limit`).
     public var limit = 0
     public var peak = 0
     /// IP packets dropped because the queue was over its limit.

@@ -23,12 +23,13 @@ public final class LinkSession: LoopClient {
     private let onEvent: (LinkEvent) -> Void
     /// Also told of every link event (after `onEvent`).
     public var onLinkEvent: ((LinkEvent) -> Void)?
-    /// What is waiting for the line: control frames ahead of IP frames.
+    /// The line's flow policy: what waits for it (control frames ahead of IP frames) and the
+    /// queue's limit, the read pause, the read clock and their counters (`LineFlowControl`).
     #if DEBUG
-    private var output = LineOutputQueue()
+    private var flow: LineFlowControl
     #else
     // Without the runtime's exclusivity check in release builds, as `link` (above).
-    @exclusivity(unchecked) private var output = LineOutputQueue()
+    @exclusivity(unchecked) private var flow: LineFlowControl
     #endif
     /// When the link started on its loop's clock (the record file's times count from it).
     private var started = Instant(nanoseconds: 0)
@@ -54,59 +55,13 @@ public final class LinkSession: LoopClient {
     #else
     @exclusivity(unchecked) public private(set) var ipPacketsDropped = 0
     #endif
-    /// The line's output queue is not filled beyond this by IP packets: one that does not fit
-    /// is dropped (TCP retransmits, as behind any full router queue) and the line is not read
-    /// until the queue is back under half of it (one buffer every `maximumReadPause` at most),
-    /// so a peer that floods us with requests and never reads the answers backs up in its own
-    /// line, not in our memory. By default about
-    /// two seconds of line time (`defaultLineQueueLimit`); kept within
-    /// `minimumLineQueueLimit...maximumLineQueueLimit`, so the sums below cannot overflow.
-    ///
-    /// LCP keep-alive depends on it staying short. Our Echo-Request (RFC 1661 §5.8) is a
-    /// control frame and goes out ahead of the queued IP data, after at most the rest of the IP
-    /// frame being written (and what the kernel's tty buffer already holds). The peer's reply
-    /// can wait in its side of the line while our reading is paused, which lasts until the
-    /// queue is down to half: about a second of line time at the default. Both stay far inside
-    /// the interval × failures (20 s) the PPP core allows, so its count of misses, which starts
-    /// when the request is queued, is not fooled by our own backlog; a line that takes no bytes
-    /// at all (a peer that never reads, CTS held low) is the dead peer echo is there to notice.
+    /// IP packets do not fill the line's output queue beyond this (`LineFlowControl.limit`).
     public var lineQueueLimit: Int {
-        didSet { lineQueueLimit = min(max(lineQueueLimit, Self.minimumLineQueueLimit), Self.maximumLineQueueLimit) }
+        get { flow.limit }
+        set { flow.limit = newValue }
     }
-    /// Control frames (LCP, IPCP, authentication, echo replies) may go this far beyond the
-    /// limit: they are few and keep the link alive; past it they are dropped too (their own
-    /// timers resend them).
-    public let lineQueueControlReserve = 16 * 1024
-
-    /// The smallest limit accepted: two full-size frames at the default MRU of 1500.
-    public static let minimumLineQueueLimit = 4096
-    /// The largest limit accepted (64 MiB): far beyond any line's need, and small enough that
-    /// the limit plus the control reserve cannot overflow.
-    public static let maximumLineQueueLimit = 64 << 20
-    /// The limit for a line without a speed that paces it (a pty, a socket): bursts from the
-    /// host are absorbed, and the line drains as fast as the other side reads.
-    public static let unpacedLineQueueLimit = 256 * 1024
-    /// The default limit: two seconds at `bitsPerSecond` (ten bits a byte on an 8N1 line), at
-    /// least 8 KiB so a few full-size frames fit on a slow line (8 KiB is 8.5 s at 9600 baud);
-    /// `unpacedLineQueueLimit` without a speed.
-    public static func defaultLineQueueLimit(bitsPerSecond: Int?) -> Int {
-        guard let speed = bitsPerSecond, speed > 0 else { return unpacedLineQueueLimit }
-        return min(max(speed / 10 * 2, 8 * 1024), maximumLineQueueLimit)
-    }
-    /// What the output queue held and dropped (`queued` is kept current by `lineQueue`).
-    private var queueCounters = LineQueueCounters()
-    public var lineQueue: LineQueueCounters {
-        var c = queueCounters
-        c.queued = queuedBytes
-        c.limit = lineQueueLimit
-        c.busyPeriods = moderation.busyPeriods
-        c.clockedReads = moderation.clockedReads
-        c.arrivalReads = moderation.arrivalReads
-        c.clockEndedSparse = moderation.endedSparse
-        c.clockEndedOverBand = moderation.endedOverBand
-        c.clockEndedPaused = moderation.endedPaused
-        return c
-    }
+    /// What the output queue held and dropped, and how the line was read.
+    public var lineQueue: LineQueueCounters { flow.counters }
     /// Called once, on the loop, when the link is down and the session has let go of the loop.
     public var onDown: ((LinkDownReason) -> Void)?
     // Unchecked in release builds, as above.
@@ -129,32 +84,13 @@ public final class LinkSession: LoopClient {
     private var closeDeadline: Instant?
     private var watchingOutput = false
     private var watchingAttachment = true
-    /// The line is not read while its output queue is full (see `lineQueueLimit`).
-    private var readPaused = false
-    /// When the current pause began; a pause lasts `maximumReadPause` at most.
-    private var readPausedSince: Instant?
-    /// The longest the line goes unread while our queue is full. A pause must end by itself:
-    /// the peer may be another of us whose own queue is full of what we have not read, paused
-    /// in turn, and two pauses waiting for each other would never end (seen with the kernel's
-    /// TCP on both ends of a pty). One buffer read per pause bounds what a flooding peer gets in
-    /// (and what we answer is dropped at the full queue), while a paused peer of ours drains.
-    public static let maximumReadPause: Duration = .milliseconds(200)
-    /// An IP packet did not fit in the queue since the interest was last set.
-    private var overflowed = false
     /// Whether the line is watched for arrivals (not while paused, nor while read on the clock).
     private var watchingInput = true
-    /// While the line is busy it is read on a clock rather than on every arrival (see
-    /// `LineReadModeration`). Unchecked in release builds, as above.
-    #if DEBUG
-    private var moderation = LineReadModeration(settings: .standard)
-    #else
-    @exclusivity(unchecked) private var moderation = LineReadModeration(settings: .standard)
-    #endif
     /// When a busy line is read on a clock (`LineReadModeration.Settings.standard` unless
     /// set; an interval of zero reads on every arrival). Set before `start`.
     public var readModeration: LineReadModeration.Settings {
-        get { moderation.settings }
-        set { moderation = LineReadModeration(settings: newValue) }
+        get { flow.moderation.settings }
+        set { flow.moderation = LineReadModeration(settings: newValue) }
     }
     // Unchecked in release builds, as above.
     #if DEBUG
@@ -183,7 +119,7 @@ public final class LinkSession: LoopClient {
         self.line = line
         self.link = link
         self.attachment = attachment
-        lineQueueLimit = LinkSession.defaultLineQueueLimit(bitsPerSecond: line.bitsPerSecond)
+        flow = LineFlowControl(limit: LineFlowControl.defaultLimit(bitsPerSecond: line.bitsPerSecond))
         dropsFrames = frameLoss > 0
         if frameLoss > 0 {
             inboundLoss = FrameDropper(frameLoss: frameLoss, seed: seed)
@@ -221,7 +157,7 @@ public final class LinkSession: LoopClient {
                     guard let a = self.attachment, self.downReason == nil else { return }
                     let now = loop.now
                     do {
-                        try a.readable(fd, room: max(0, self.lineQueueLimit - self.queuedBytes), now: now)
+                        try a.readable(fd, room: self.flow.room, now: now)
                     } catch {
                         self.report("pppbridge: \(error)")
                     }
@@ -253,7 +189,7 @@ public final class LinkSession: LoopClient {
     public func forceDown() {
         guard downReason == nil else { return }
         let now = loop?.now ?? monotonicNow()
-        output.removeAll()
+        flow.queue.removeAll()
         // Not a word to the peer: telnet's answers and an escaped chunk waiting go too.
         telnetPending.removeAll()
         telnetPendingStart = 0
@@ -268,8 +204,6 @@ public final class LinkSession: LoopClient {
         report(lineQueue.description)
     }
 
-    private var queuedBytes: Int { output.count }
-
     /// Frames the line has brought, good or damaged: what the read clock weighs a read by.
     /// Frames a simulated loss (`--frame-loss`) took out before the decoder count too: they
     /// came over the line.
@@ -280,8 +214,7 @@ public final class LinkSession: LoopClient {
 
     public var pollAt: Instant? {
         guard downReason == nil else { return nil }
-        return earliest(inPlace(&link) { $0.pollAt }, closeDeadline, attachment?.pollAt, readPausedSince.map { $0 + Self.maximumReadPause },
-                        readPaused ? nil : moderation.nextRead)
+        return earliest(inPlace(&link) { $0.pollAt }, closeDeadline, attachment?.pollAt, flow.pollAt)
     }
 
     public func service(now: Instant) {
@@ -290,11 +223,11 @@ public final class LinkSession: LoopClient {
         let stack = attachment as? StackAttachment
         stack?.insideSessionService = true
         defer { stack?.insideSessionService = false }
-        if !readPaused, let due = moderation.nextRead, due <= now {
+        if flow.clockReadDue(now: now) {
             let frames = framesReceived
             let bytes = readLine(now: now, all: true)
             // A full buffer: more was waiting, beyond any band the clock is for.
-            moderation.readOnClock(bytes: bytes == readBuffer.count ? .max : bytes, frames: framesReceived &- frames, now: now)
+            flow.moderation.readOnClock(bytes: bytes == readBuffer.count ? .max : bytes, frames: framesReceived &- frames, now: now)
         }
         if let a = attachment, let p = a.pollAt, p <= now { a.poll(now: now) }
         if let a = attachment, a.finished, closeWhenAttachmentFinished, closeDeadline == nil {
@@ -318,39 +251,17 @@ public final class LinkSession: LoopClient {
         guard let loop else { return }
         // A device server that suspended our output (RFC 2217's FLOWCONTROL-SUSPEND) is not
         // watched for room: the socket stays writable, and watching it would spin the loop.
-        let wantOutput = telnetPendingStart < telnetPending.count || (queuedBytes > 0 && comPort?.outputSuspended != true)
-        // Full: a packet or control frames did not fit and were dropped. A queue that merely
-        // reached the limit is not: our own sources (TUN, the stack's TCP) fill it to the brim
-        // while the line is busy, and pausing then would pause a peer of ours in turn. Reading
-        // resumes only once half the limit has drained, so a flood is not let in again a frame
-        // at a time (and a paused line always has output to wait for).
-        let full = overflowed
-        overflowed = false
-        var pause = queuedBytes > lineQueueLimit / 2 && (readPaused || full)
-        let now = loop.now
-        if pause, let since = readPausedSince, now - since >= Self.maximumReadPause {
-            // Time is up: one buffer is read this turn, then (still full) a new pause begins.
-            pause = false
-        }
-        if pause && !readPaused {
-            queueCounters.readPauses += 1
-            readPausedSince = now
-            // The pause ends with one buffer read on arrival, as without the clock.
-            moderation.leaveClock(now: now)
-        } else if !pause {
-            readPausedSince = nil
-        }
-        // A line read on the clock is not watched for arrivals: that is what saves the wakeups.
-        let wantInput = !pause && !moderation.onClock
+        let wantOutput = telnetPendingStart < telnetPending.count || (flow.queued > 0 && comPort?.outputSuspended != true)
+        // Not read while the queue is full, nor while read on the clock (`LineFlowControl`).
+        let wantInput = flow.decideReading(now: loop.now)
         if wantOutput != watchingOutput || wantInput != watchingInput {
             loop.setInterest(line.descriptor, (wantInput ? EPOLLIN.rawValue : 0) | (wantOutput ? EPOLLOUT.rawValue : 0))
             watchingOutput = wantOutput
             watchingInput = wantInput
         }
-        readPaused = pause
         // Back-pressure: a fast source (the kernel through TUN) waits while the line is behind,
         // until a packet of the largest size the link carries fits again.
-        let wantAttachment = output.sourceMayRead(limit: lineQueueLimit, largestPacket: link.transmitMRU)
+        let wantAttachment = flow.sourceMayRead(largestPacket: link.transmitMRU)
         if wantAttachment != watchingAttachment {
             for fd in attachment?.descriptors ?? [] { loop.setInterest(fd, wantAttachment ? EPOLLIN.rawValue : 0) }
             watchingAttachment = wantAttachment
@@ -403,7 +314,7 @@ public final class LinkSession: LoopClient {
         if events & (EPOLLIN.rawValue | EPOLLHUP.rawValue | EPOLLERR.rawValue) != 0 {
             let frames = framesReceived
             let bytes = readLine(now: now)
-            moderation.readOnArrival(bytes: bytes, frames: framesReceived &- frames, now: now)
+            flow.moderation.readOnArrival(bytes: bytes, frames: framesReceived &- frames, now: now)
         }
         if events & EPOLLOUT.rawValue != 0 { flushPending(now: now) }
     }
@@ -492,36 +403,26 @@ public final class LinkSession: LoopClient {
         // Each batch the link hands over starts and ends with a flag, so batches can be
         // written in any order (RFC 1662 §4.1).
         var control = link.takeTransmit()
-        if !output.controlFits(control.count, limit: lineQueueLimit, reserve: lineQueueControlReserve) {
-            queueCounters.droppedControlBytes += control.count
-            control.removeAll()
-            overflowed = true
-        }
+        if !flow.admitControl(bytes: control.count) { control.removeAll() }
         if dropsFrames { control = outboundLoss!.filter(control) }
-        output.append(control: control)
+        flow.queue.append(control: control)
         // Then IP packets while the queue has room.
         if let a = attachment {
-            var room = lineQueueLimit - queuedBytes
+            var room = flow.room
             var packets = packetsOut
             packetsOut = []
             a.takeOutgoing(now: now, into: &packets)
             for i in packets.indices {
                 let size = packets[i].count
-                // Decided before the packet is framed (and VJ-compressed): a drop here is like a
-                // frame lost on the line. Escapes can add a little beyond the limit. A packet
-                // larger than the room still goes when no IP data is queued (a peer MRU up to
-                // 16384 against a small limit), so full-size segments are never refused for good.
-                guard size <= room || output.dataCount == 0 else {
-                    queueCounters.droppedPackets += 1
-                    overflowed = true
-                    continue
-                }
+                // Decided before the packet is framed (and VJ-compressed); escapes can add a
+                // little beyond the limit.
+                guard flow.admitPacket(size: size, room: room) else { continue }
                 let sent: Bool
                 if !dropsFrames {
                     // Compressed in place and framed straight into the queue.
-                    sent = output.appendDataFrame { link.send(ipPacket: &packets[i], now: now, framingInto: &$0) }
+                    sent = flow.queue.appendDataFrame { link.send(ipPacket: &packets[i], now: now, framingInto: &$0) }
                 } else if link.send(ipPacket: packets[i], now: now) {
-                    output.append(dataFrame: outboundLoss!.filter(link.takeTransmit()))
+                    flow.queue.append(dataFrame: outboundLoss!.filter(link.takeTransmit()))
                     sent = true
                 } else {
                     sent = false
@@ -537,8 +438,8 @@ public final class LinkSession: LoopClient {
             a.recycle(&packets)
             packetsOut = packets
         }
-        if !output.isEmpty {
-            queueCounters.peak = max(queueCounters.peak, queuedBytes)
+        if !flow.queue.isEmpty {
+            flow.queuedMore()
             flushPending(now: now)
         }
         if let pcap {
@@ -557,12 +458,12 @@ public final class LinkSession: LoopClient {
             flushTelnet(now: now)
             return
         }
-        while !output.isEmpty {
+        while !flow.queue.isEmpty {
             let n: Int
             let offered: Int
             do {
                 // The slice is let go before `written` changes the queue (no copy of it).
-                let chunk = output.next
+                let chunk = flow.queue.next
                 offered = chunk.count
                 if lineNoise == nil {
                     n = try writeLine(chunk)
@@ -576,12 +477,12 @@ public final class LinkSession: LoopClient {
             } catch {
                 // The line is gone; what was pending cannot be delivered.
                 if let remote = line.remote { report("pppbridge: \(remote): \(String(cString: strerror(error.errno)))") }
-                output.removeAll()
+                flow.queue.removeAll()
                 link.lineDown(now: now)
                 return
             }
             lineBytesOut += n
-            output.written(n)
+            flow.queue.written(n)
             // The kernel took less than offered: the rest waits for EPOLLOUT.
             guard n == offered else { return }
         }
@@ -633,7 +534,7 @@ public final class LinkSession: LoopClient {
                     n = try writeLine(telnetPending[telnetPendingStart...])
                 } catch {
                     if let remote = line.remote { report("pppbridge: \(remote): \(String(cString: strerror(error.errno)))") }
-                    output.removeAll()
+                    flow.queue.removeAll()
                     telnetPending.removeAll()
                     telnetPendingStart = 0
                     link.lineDown(now: now)
@@ -645,15 +546,15 @@ public final class LinkSession: LoopClient {
                 telnetPending.removeAll(keepingCapacity: true)
                 telnetPendingStart = 0
             }
-            guard !output.isEmpty, comPort?.outputSuspended != true else { return }
+            guard !flow.queue.isEmpty, comPort?.outputSuspended != true else { return }
             // Copied out of the queue before `written` changes it (a slice kept alive across
             // that would have the queue's storage copied).
-            var bytes = Array(output.next.prefix(Self.telnetChunk))
+            var bytes = Array(flow.queue.next.prefix(Self.telnetChunk))
             let taken = bytes.count
             record?.record(.sent, bytes, elapsedTenths: tenths(now))
             if lineNoise != nil { lineNoise!.apply(&bytes) }
             comPort!.encode(bytes, into: &telnetPending)
-            output.written(taken)
+            flow.queue.written(taken)
         }
     }
 

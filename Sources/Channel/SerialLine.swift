@@ -16,7 +16,7 @@ public final class SerialLine {
     /// The rate that paces the line, in bits per second: what a serial device was set to, or is
     /// at for a tty handed to us. nil for a pty, which moves bytes as fast as the other side
     /// reads whatever speed it is set to, and for a socket. The line's output queue is sized
-    /// from it (`LinkSession.defaultLineQueueLimit`).
+    /// from it (`LineFlowControl.defaultLimit`).
     public let bitsPerSecond: Int?
     private var symlinkPath: String?
     private var closed = false

@@ -269,8 +269,8 @@ public struct RunOptions {
             userTimeout = n == 0 ? nil : .seconds(n)
         case "--line-queue-limit":
             guard let n = number(a) else { return false }
-            guard n >= LinkSession.minimumLineQueueLimit, n <= LinkSession.maximumLineQueueLimit else {
-                complain("--line-queue-limit takes \(LinkSession.minimumLineQueueLimit) to \(LinkSession.maximumLineQueueLimit) bytes")
+            guard n >= LineFlowControl.minimumLimit, n <= LineFlowControl.maximumLimit else {
+                complain("--line-queue-limit takes \(LineFlowControl.minimumLimit) to \(LineFlowControl.maximumLimit) bytes")
                 return false
             }
             lineQueueLimit = n

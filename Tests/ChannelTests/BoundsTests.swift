@@ -431,12 +431,12 @@ struct BoundsTests {
 /// transfer nor their replies left unread for long (RFC 1661 §5.8).
 extension BoundsTests {
     @Test func theDefaultLineQueueLimitIsTwoSecondsOfLineTimeWithAFloorAndAPtyKeeps256KiB() throws {
-        #expect(LinkSession.defaultLineQueueLimit(bitsPerSecond: 115_200) == 23040)
-        #expect(LinkSession.defaultLineQueueLimit(bitsPerSecond: 921_600) == 184_320)
-        #expect(LinkSession.defaultLineQueueLimit(bitsPerSecond: 4_000_000) == 800_000)
+        #expect(LineFlowControl.defaultLimit(bitsPerSecond: 115_200) == 23040)
+        #expect(LineFlowControl.defaultLimit(bitsPerSecond: 921_600) == 184_320)
+        #expect(LineFlowControl.defaultLimit(bitsPerSecond: 4_000_000) == 800_000)
         // 9600 baud: 1920 B would not hold two full-size frames; the floor does.
-        #expect(LinkSession.defaultLineQueueLimit(bitsPerSecond: 9600) == 8192)
-        #expect(LinkSession.defaultLineQueueLimit(bitsPerSecond: nil) == 256 * 1024)
+        #expect(LineFlowControl.defaultLimit(bitsPerSecond: 9600) == 8192)
+        #expect(LineFlowControl.defaultLimit(bitsPerSecond: nil) == 256 * 1024)
 
         // A pty ignores its speed: both its ends, created or opened as a device, have none.
         var slow = SerialLine.Options()
@@ -464,7 +464,7 @@ extension BoundsTests {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         // Int.max plus the control reserve overflowed (a trap) on the first frame queued.
         let (channel, terminal) = try Self.scripted(directory + "/line") { $0.lineQueueLimit = Int.max }
-        #expect(channel.status.lineQueue.limit == LinkSession.maximumLineQueueLimit)
+        #expect(channel.status.lineQueue.limit == LineFlowControl.maximumLimit)
         // Frames both ways after the limit was set: a ping is answered.
         let ours = try #require(channel.currentAddresses?.ip)
         terminal.send(raw: terminal.pingFrame(ours, sequence: 1, size: 56))
@@ -472,14 +472,14 @@ extension BoundsTests {
             terminal.events.contains { if case .echoReply(_, 0x4242, 1, _) = $0 { return true } else { return false } }
         }
         #expect(answered)
-        #expect(LinkSession.maximumLineQueueLimit == 64 << 20)
+        #expect(LineFlowControl.maximumLimit == 64 << 20)
         await channel.close()
 
         let line = try SerialLine(ptyLinkedAt: nil)
         defer { line.close() }
         let session = LinkSession(line: line, link: PPPLink(configuration: .terminal(), random: SplitMix64(seed: 1))) { _ in }
         session.lineQueueLimit = 0
-        #expect(session.lineQueueLimit == LinkSession.minimumLineQueueLimit)
+        #expect(session.lineQueueLimit == LineFlowControl.minimumLimit)
     }
 
     /// A TUN descriptor is watched only when a read can take something: with the queue at its
