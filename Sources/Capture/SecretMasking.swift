@@ -48,7 +48,7 @@ public struct SecretMasker: Sendable {
     /// RFC 1334 §2.2.1: Code 1, Identifier, Length, Peer-ID Length, Peer-ID, Passwd-Length,
     /// Password. Masks the password bytes present, even when the lengths overrun the packet.
     static func maskPAP(_ info: [UInt8]) -> [UInt8]? {
-        guard info.count > 4, info[0] == PAPPacket.Code.request else { return nil }
+        guard info.count > 4, info[0] == PAPPacket.Code.request.rawValue else { return nil }
         let passwordLengthAt = 5 + Int(info[4])
         guard passwordLengthAt < info.count else { return nil }
         let start = passwordLengthAt + 1

@@ -6,17 +6,17 @@ public enum CHAPPacket: Sendable, Equatable {
     case failure(identifier: UInt8, message: [UInt8])
 
     public enum Code {
-        public static let challenge: UInt8 = 1
-        public static let response: UInt8 = 2
-        public static let success: UInt8 = 3
-        public static let failure: UInt8 = 4
+        public static let challenge = ControlCode(1)
+        public static let response = ControlCode(2)
+        public static let success = ControlCode(3)
+        public static let failure = ControlCode(4)
     }
 
     public init(_ p: ControlPacket) throws(WireError) {
         let d = p.data
         switch p.code {
         case Code.challenge, Code.response:
-            guard d.count >= 1 else { throw .malformed("CHAP \(p.code == 1 ? "Challenge" : "Response") without Value-Size") }
+            guard d.count >= 1 else { throw .malformed("CHAP \(p.code == Code.challenge ? "Challenge" : "Response") without Value-Size") }
             let size = Int(d[0])
             guard d.count >= 1 + size else { throw .malformed("CHAP Value runs past the packet") }
             let value = Array(d[1..<(1 + size)])
@@ -25,7 +25,7 @@ public enum CHAPPacket: Sendable, Equatable {
                 : .response(identifier: p.identifier, value: value, name: name)
         case Code.success: self = .success(identifier: p.identifier, message: d)
         case Code.failure: self = .failure(identifier: p.identifier, message: d)
-        default: throw .malformed("CHAP code \(p.code) is not defined")
+        default: throw .malformed("CHAP code \(p.code.rawValue) is not defined")
         }
     }
 

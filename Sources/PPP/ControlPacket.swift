@@ -3,7 +3,7 @@ import Wire
 /// The packet format shared by LCP, the NCPs, PAP and CHAP (RFC 1661 §5): code, identifier,
 /// a 16-bit length that covers the header, then data.
 public struct ControlPacket: Sendable, Equatable {
-    public var code: UInt8
+    public var code: ControlCode
     public var identifier: UInt8
     public var data: [UInt8]
 
@@ -11,7 +11,7 @@ public struct ControlPacket: Sendable, Equatable {
     /// The 16-bit Length field covers the header too (RFC 1661 §5).
     public static let maximumLength = Int(UInt16.max)
 
-    public init(code: UInt8, identifier: UInt8, data: [UInt8] = []) {
+    public init(code: ControlCode, identifier: UInt8, data: [UInt8] = []) {
         self.code = code
         self.identifier = identifier
         self.data = data
@@ -27,7 +27,7 @@ public struct ControlPacket: Sendable, Equatable {
         let length = Int(bytes[s + 2]) << 8 | Int(bytes[s + 3])
         guard length >= ControlPacket.headerLength else { throw .lengthTooSmall(length: length) }
         guard length <= bytes.count else { throw .lengthExceedsFrame(length: length, available: bytes.count) }
-        self.init(code: bytes[s], identifier: bytes[s + 1], data: Array(bytes[(s + 4)..<(s + length)]))
+        self.init(code: ControlCode(bytes[s]), identifier: bytes[s + 1], data: Array(bytes[(s + 4)..<(s + length)]))
     }
 
     public var length: Int { ControlPacket.headerLength + data.count }
@@ -38,7 +38,7 @@ public struct ControlPacket: Sendable, Equatable {
         guard let field = UInt16(exactly: length) else {
             throw .tooLong(length: length, maximum: ControlPacket.maximumLength)
         }
-        return [code, identifier] + BigEndian.bytes(field) + data
+        return [code.rawValue, identifier] + BigEndian.bytes(field) + data
     }
 }
 
@@ -101,42 +101,42 @@ public struct ConfigurationOption: Sendable, Equatable {
     }
 }
 
-/// Codes of RFC 1661 §5 (1–11) and RFC 1570 (12–13).
-public enum ControlCode {
-    public static let configureRequest: UInt8 = 1
-    public static let configureAck: UInt8 = 2
-    public static let configureNak: UInt8 = 3
-    public static let configureReject: UInt8 = 4
-    public static let terminateRequest: UInt8 = 5
-    public static let terminateAck: UInt8 = 6
-    public static let codeReject: UInt8 = 7
-    public static let protocolReject: UInt8 = 8
-    public static let echoRequest: UInt8 = 9
-    public static let echoReply: UInt8 = 10
-    public static let discardRequest: UInt8 = 11
-    public static let identification: UInt8 = 12
-    public static let timeRemaining: UInt8 = 13
+/// A control packet's code: RFC 1661 §5 (1–11) and RFC 1570 (12–13) by name; any other value
+/// is kept as it came (a peer's unknown code is answered with Code-Reject, RFC 1661 §5.6).
+public struct ControlCode: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    public init(_ rawValue: UInt8) { self.rawValue = rawValue }
 
-    /// pppd's short names.
-    public static func name(_ code: UInt8) -> String? {
-        switch code {
-        case 1: return "ConfReq"
-        case 2: return "ConfAck"
-        case 3: return "ConfNak"
-        case 4: return "ConfRej"
-        case 5: return "TermReq"
-        case 6: return "TermAck"
-        case 7: return "CodeRej"
-        case 8: return "ProtRej"
-        case 9: return "EchoReq"
-        case 10: return "EchoRep"
-        case 11: return "DiscReq"
-        case 12: return "Ident"
-        case 13: return "TimeRem"
-        default: return nil
-        }
+    public static let configureRequest = ControlCode(1)
+    public static let configureAck = ControlCode(2)
+    public static let configureNak = ControlCode(3)
+    public static let configureReject = ControlCode(4)
+    public static let terminateRequest = ControlCode(5)
+    public static let terminateAck = ControlCode(6)
+    public static let codeReject = ControlCode(7)
+    public static let protocolReject = ControlCode(8)
+    public static let echoRequest = ControlCode(9)
+    public static let echoReply = ControlCode(10)
+    public static let discardRequest = ControlCode(11)
+    public static let identification = ControlCode(12)
+    public static let timeRemaining = ControlCode(13)
+
+    private static let names = ["ConfReq", "ConfAck", "ConfNak", "ConfRej", "TermReq", "TermAck", "CodeRej", "ProtRej",
+                                "EchoReq", "EchoRep", "DiscReq", "Ident", "TimeRem"]
+
+    /// pppd's short name, for the codes it names.
+    public var name: String? {
+        let i = Int(rawValue) - 1
+        return Self.names.indices.contains(i) ? Self.names[i] : nil
     }
 
+    /// The name, or the number in hex as pppd prints an unknown code.
+    public var description: String { name ?? "code=0x\(String(rawValue, radix: 16))" }
+
     /// Codes that carry a configuration option list.
-    public static func carriesOptions(_ code: UInt8) -> Bool { (1...4).contains(code) }
+    public var carriesOptions: Bool { (1...4).contains(rawValue) }
+
+    /// In the order of their numbers (LCP's own codes are a range, RFC 1661 §5).
+    public static func < (a: ControlCode, b: ControlCode) -> Bool { a.rawValue < b.rawValue }
 }

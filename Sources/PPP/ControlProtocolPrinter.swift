@@ -35,7 +35,7 @@ public enum ControlProtocolPrinter {
         } catch {
             var text = name
             if information.count >= 2 {
-                text += " " + codeName(proto, information[0]) + " id=0x\(String(information[1], radix: 16))"
+                text += " " + codeName(proto, ControlCode(information[0])) + " id=0x\(String(information[1], radix: 16))"
             }
             return PacketText(text + " malformed: \(error)", error: error)
         }
@@ -57,14 +57,15 @@ public enum ControlProtocolPrinter {
         }
     }
 
-    static func codeName(_ proto: UInt16, _ code: UInt8) -> String {
+    static func codeName(_ proto: UInt16, _ code: ControlCode) -> String {
+        let number = "code=0x\(String(code.rawValue, radix: 16))"
         switch proto {
-        case ProtocolNumber.pap: return ["AuthReq", "AuthAck", "AuthNak"].element(Int(code) - 1) ?? "code=0x\(String(code, radix: 16))"
-        case ProtocolNumber.chap: return ["Challenge", "Response", "Success", "Failure"].element(Int(code) - 1) ?? "code=0x\(String(code, radix: 16))"
+        case ProtocolNumber.pap: return ["AuthReq", "AuthAck", "AuthNak"].element(Int(code.rawValue) - 1) ?? number
+        case ProtocolNumber.chap: return ["Challenge", "Response", "Success", "Failure"].element(Int(code.rawValue) - 1) ?? number
         default:
             // Codes 8–13 exist in LCP only (RFC 1661 §5, RFC 1570); an NCP's code 9 is unknown.
-            if proto != ProtocolNumber.lcp && code > ControlCode.codeReject { return "code=0x\(String(code, radix: 16))" }
-            return ControlCode.name(code) ?? "code=0x\(String(code, radix: 16))"
+            if proto != ProtocolNumber.lcp && code > ControlCode.codeReject { return number }
+            return code.description
         }
     }
 
@@ -74,7 +75,7 @@ public enum ControlProtocolPrinter {
         var rest = p.data[...]
         var error: WireError?
         switch p.code {
-        case 1...4:
+        case let code where code.carriesOptions:
             do {
                 for o in try ConfigurationOption.parseList(p.data) { text += " <" + options(o) + ">" }
                 rest = []

@@ -120,7 +120,7 @@ public struct IPCPPolicy: NegotiationPolicy {
                           transmitVJ: peerVJ, receiveVJ: acknowledgedVJ)
     }
 
-    public func handlesExtendedCode(_ code: UInt8) -> Bool { false }
+    public func handlesExtendedCode(_ code: ControlCode) -> Bool { false }
 
     public mutating func resetNegotiation() {
         local = configuration.localAddress

@@ -157,7 +157,7 @@ public struct LCPPolicy: NegotiationPolicy {
         resetNegotiation()
     }
 
-    public func handlesExtendedCode(_ code: UInt8) -> Bool {
+    public func handlesExtendedCode(_ code: ControlCode) -> Bool {
         (ControlCode.protocolReject...ControlCode.timeRemaining).contains(code)
     }
 

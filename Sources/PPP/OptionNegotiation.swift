@@ -25,7 +25,7 @@ public struct NegotiationConfiguration: Sendable, Equatable {
 /// What an option-negotiating protocol (LCP, IPCP, ...) decides; the automaton does the rest.
 public protocol NegotiationPolicy: Sendable {
     /// Codes beyond 1–7 this protocol handles itself (RXR events), e.g. LCP's Echo.
-    func handlesExtendedCode(_ code: UInt8) -> Bool
+    func handlesExtendedCode(_ code: ControlCode) -> Bool
     /// Called before each new negotiation (irc after Open or Up): back to the configured wishes.
     mutating func resetNegotiation()
     /// The options of our next Configure-Request.
@@ -478,7 +478,7 @@ public struct OptionNegotiator<Policy: NegotiationPolicy>: Sendable {
         }
     }
 
-    private mutating func send(_ code: UInt8, _ id: UInt8, _ options: [ConfigurationOption]) {
+    private mutating func send(_ code: ControlCode, _ id: UInt8, _ options: [ConfigurationOption]) {
         guard let data = try? ConfigurationOption.emitList(options) else {
             unsendablePackets += 1
             return

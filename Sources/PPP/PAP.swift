@@ -7,9 +7,9 @@ public enum PAPPacket: Sendable, Equatable {
     case authenticateNak(identifier: UInt8, message: [UInt8])
 
     public enum Code {
-        public static let request: UInt8 = 1
-        public static let ack: UInt8 = 2
-        public static let nak: UInt8 = 3
+        public static let request = ControlCode(1)
+        public static let ack = ControlCode(2)
+        public static let nak = ControlCode(3)
     }
 
     /// - Parameter lenient: accept an Ack or Nak without its Msg-Length octet (a receiver's
@@ -40,7 +40,7 @@ public enum PAPPacket: Sendable, Equatable {
             self = p.code == Code.ack ? .authenticateAck(identifier: p.identifier, message: message)
                 : .authenticateNak(identifier: p.identifier, message: message)
         default:
-            throw .malformed("PAP code \(p.code) is not defined")
+            throw .malformed("PAP code \(p.code.rawValue) is not defined")
         }
     }
 

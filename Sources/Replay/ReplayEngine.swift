@@ -43,7 +43,7 @@ final class ReplayEngine {
     // Control protocols.
     struct RequestKey: Hashable {
         var proto: UInt16
-        var code: UInt8
+        var code: ControlCode
     }
     /// Our latest request of each kind not yet answered by a fed frame.
     private var outstanding: [RequestKey: ControlPacket] = [:]
@@ -132,7 +132,7 @@ final class ReplayEngine {
 
     // MARK: The recording's expectations
 
-    private func requestCode(answering code: UInt8, protocol proto: UInt16) -> UInt8? {
+    private func requestCode(answering code: ControlCode, protocol proto: UInt16) -> ControlCode? {
         if proto == ProtocolNumber.pap { return code == PAPPacket.Code.ack || code == PAPPacket.Code.nak ? PAPPacket.Code.request : nil }
         switch code {
         case ControlCode.configureAck, ControlCode.configureNak, ControlCode.configureReject: return ControlCode.configureRequest
@@ -142,7 +142,7 @@ final class ReplayEngine {
         }
     }
 
-    private func isRequest(_ code: UInt8, protocol proto: UInt16) -> Bool {
+    private func isRequest(_ code: ControlCode, protocol proto: UInt16) -> Bool {
         if proto == ProtocolNumber.pap { return code == PAPPacket.Code.request }
         return code == ControlCode.configureRequest || code == ControlCode.terminateRequest || code == ControlCode.echoRequest
     }
@@ -707,14 +707,14 @@ final class ReplayEngine {
             diverge(f.number, "no answer from us to the peer's \(describe(f.frame)); the recorded side answered \(describe(recorded.frame)) (#\(recorded.number))")
         case let (mine?, nil):
             diverge(f.number, "we answered the peer's \(describe(f.frame)) with \(describe(mine)); the recorded side did not answer it",
-                    kind: "unanswered \(f.frame.protocol) \(controlPacket(mine)?.code ?? 0)")
+                    kind: "unanswered \(f.frame.protocol) \(controlPacket(mine)?.code.rawValue ?? 0)")
         case let (mine?, recorded?):
             guard let a = controlPacket(mine), let b = controlPacket(recorded.frame) else { return }
             if mine.protocol != recorded.frame.protocol || a.code != b.code {
                 diverge(f.number, "we answered the peer's \(describe(f.frame)) with \(describe(mine)); the recorded side with \(describe(recorded.frame)) (#\(recorded.number))")
                 return
             }
-            if ControlCode.carriesOptions(a.code) && mine.protocol != ProtocolNumber.pap
+            if a.code.carriesOptions && mine.protocol != ProtocolNumber.pap
                 && comparable(options(a), mine.protocol) != comparable(options(b), mine.protocol) {
                 diverge(f.number, "our \(describe(mine)) differs from the recorded \(describe(recorded.frame)) (#\(recorded.number))")
             }

@@ -119,7 +119,7 @@ public struct ReplayPlan: Sendable {
                 if options(p).contains(where: { if case .ipAddress(let a) = IPCPOption($0), a != .any { return true } else { return false } }) {
                     evidence[other(f.side), default: []].insert("is given an address")
                 }
-            case (ProtocolNumber.pap, PAPPacket.Code.request), (ProtocolNumber.chap, 2):
+            case (ProtocolNumber.pap, PAPPacket.Code.request), (ProtocolNumber.chap, CHAPPacket.Code.response):
                 evidence[f.side, default: []].insert("authenticates")
             default: break
             }
@@ -141,7 +141,7 @@ public struct ReplayPlan: Sendable {
         c.echo.failureLimit = 0
         let mine = session.frames.filter { $0.side == ours }
         let theirs = session.frames.filter { $0.side != ours }
-        func first(_ proto: UInt16, _ code: UInt8, in frames: [RecordedFrame]) -> ControlPacket? {
+        func first(_ proto: UInt16, _ code: ControlCode, in frames: [RecordedFrame]) -> ControlPacket? {
             for f in frames where f.frame.protocol == proto {
                 if let p = controlPacket(f.frame), p.code == code { return p }
             }

@@ -89,9 +89,9 @@ import TestSupport
         switch frame.protocol {
         case ProtocolNumber.lcp, ProtocolNumber.ipcp:
             guard let packet = try? ControlPacket(parsing: frame.information) else { return rejected("control packet", "ppp.code") }
-            #expect(row["ppp.code"] == String(packet.code), "\(where_)")
+            #expect(row["ppp.code"] == String(packet.code.rawValue), "\(where_)")
             #expect(row["ppp.identifier"] == String(packet.identifier), "\(where_)")
-            guard ControlCode.carriesOptions(packet.code) else { return }
+            guard packet.code.carriesOptions else { return }
             guard let options = try? ConfigurationOption.parseList(packet.data) else {
                 return rejected("options", "ppp.code")
             }

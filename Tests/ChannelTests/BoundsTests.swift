@@ -683,7 +683,7 @@ extension BoundsTests {
         // For each of our Echo-Requests, the IP bytes that came after it.
         var ipAfterEachEcho: [Int] = []
         for f in frames {
-            if f.protocol == ProtocolNumber.lcp && f.information.first == ControlCode.echoRequest {
+            if f.protocol == ProtocolNumber.lcp && f.information.first == ControlCode.echoRequest.rawValue {
                 ipAfterEachEcho.append(0)
             } else if f.protocol == ProtocolNumber.ipv4 {
                 for i in ipAfterEachEcho.indices { ipAfterEachEcho[i] += f.information.count }

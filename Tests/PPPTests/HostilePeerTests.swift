@@ -46,7 +46,7 @@ func sentPackets(_ outputs: [NegotiationOutput]) -> [ControlPacket] {
         let packet = try #require(sent.first)
         #expect(packet.length <= ControlPacket.maximumLength)
         #expect(try packet.emit().count == packet.length)
-        print("16000 compression options answered with \(ControlCode.name(packet.code) ?? "?") of \(packet.length) bytes")
+        print("16000 compression options answered with \(packet.code) of \(packet.length) bytes")
     }
 
     @Test func aNakThatWouldNotFitThePeersMRUIsARejectCutToIt() throws {
@@ -87,7 +87,7 @@ func sentPackets(_ outputs: [NegotiationOutput]) -> [ControlPacket] {
     }
 
     @Test func packetsAndOptionsTooLongForTheirLengthFieldsAreRefused() {
-        let big = ControlPacket(code: 1, identifier: 1, data: [UInt8](repeating: 0, count: 65532))
+        let big = ControlPacket(code: .configureRequest, identifier: 1, data: [UInt8](repeating: 0, count: 65532))
         #expect(throws: WireError.tooLong(length: 65536, maximum: 65535)) { try big.emit() }
         #expect(throws: WireError.tooLong(length: 256, maximum: 255)) { try ConfigurationOption(type: 1, value: [UInt8](repeating: 0, count: 254)).emit() }
         #expect(throws: WireError.self) { try PAPPacket.authenticateRequest(identifier: 1, peerID: [UInt8](repeating: 0x61, count: 256), password: []).packet }

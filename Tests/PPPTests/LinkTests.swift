@@ -76,8 +76,8 @@ struct LinkPair {
     var downB: LinkDownReason? { b.downReason }
 }
 
-func isLCP(_ code: UInt8) -> (PPPFrame) -> Bool {
-    { $0.protocol == ProtocolNumber.lcp && $0.information.first == code }
+func isLCP(_ code: ControlCode) -> (PPPFrame) -> Bool {
+    { $0.protocol == ProtocolNumber.lcp && $0.information.first == code.rawValue }
 }
 
 @Suite struct LinkTests {
@@ -366,7 +366,7 @@ func isLCP(_ code: UInt8) -> (PPPFrame) -> Bool {
         var p = LinkPair(host, .terminal())
         p.start()
         p.run(for: .seconds(10)) { $0.ipcpA != nil && $0.ipcpB != nil }
-        let ccp = ControlPacket(code: 1, identifier: 1, data: [])
+        let ccp = ControlPacket(code: .configureRequest, identifier: 1, data: [])
         let encoder = HDLCEncoder(escapes: EscapeSet(accm: 0))
         var rejects: [PPPFrame] = []
         p.dropBtoA = { f in

@@ -7,7 +7,7 @@ import Testing
 struct ScriptedPolicy: NegotiationPolicy {
     var verdict: RequestVerdict = .ack
     var resets = 0
-    func handlesExtendedCode(_ code: UInt8) -> Bool { code == 9 }
+    func handlesExtendedCode(_ code: ControlCode) -> Bool { code == .echoRequest }
     mutating func resetNegotiation() { resets += 1 }
     func requestOptions() -> [ConfigurationOption] { [ConfigurationOption(type: 1, value: [0x05, 0xDC])] }
     mutating func judge(_ options: [ConfigurationOption], mayNak: Bool) -> RequestVerdict {
@@ -21,7 +21,7 @@ struct ScriptedPolicy: NegotiationPolicy {
 typealias Automaton = OptionNegotiator<ScriptedPolicy>
 
 let t0 = Instant.zero
-let peerRequest = ControlPacket(code: 1, identifier: 0x42, data: [1, 4, 0x05, 0xDC])
+let peerRequest = ControlPacket(code: .configureRequest, identifier: 0x42, data: [1, 4, 0x05, 0xDC])
 
 extension Automaton {
     static func make(_ configuration: NegotiationConfiguration = NegotiationConfiguration()) -> Automaton {
@@ -64,7 +64,7 @@ extension Automaton {
 
     /// A Configure-Ack of our latest Configure-Request.
     func ackOfLastRequest() -> ControlPacket {
-        ControlPacket(code: 2, identifier: requestIdentifier ?? 0, data: [1, 4, 0x05, 0xDC])
+        ControlPacket(code: .configureAck, identifier: requestIdentifier ?? 0, data: [1, 4, 0x05, 0xDC])
     }
 }
 
@@ -74,12 +74,12 @@ func actions(_ outputs: [NegotiationOutput]) -> [String] {
         switch o {
         case let .send(p):
             switch p.code {
-            case 1: return "scr"
-            case 2: return "sca"
-            case 3, 4: return "scn"
-            case 5: return "str"
-            case 6: return "sta"
-            case 7: return "scj"
+            case .configureRequest: return "scr"
+            case .configureAck: return "sca"
+            case .configureNak, .configureReject: return "scn"
+            case .terminateRequest: return "str"
+            case .terminateAck: return "sta"
+            case .codeReject: return "scj"
             default: return "send code \(p.code)"
             }
         case .layerUp: return "tlu"
@@ -194,14 +194,14 @@ func actions(_ outputs: [NegotiationOutput]) -> [String] {
             a.receive(peerRequest, now: t0)
         case "RCA":
             a.receive(a.state == .closed || a.state == .stopped || a.state == .closing || a.state == .stopping
-                      ? ControlPacket(code: 2, identifier: 1, data: []) : a.ackOfLastRequest(), now: t0)
-        case "RCN": a.receive(ControlPacket(code: 3, identifier: a.requestIdentifier ?? 0, data: [1, 4, 0x05, 0xDC]), now: t0)
-        case "RTR": a.receive(ControlPacket(code: 5, identifier: 7), now: t0)
-        case "RTA": a.receive(ControlPacket(code: 6, identifier: 7), now: t0)
-        case "RUC": a.receive(ControlPacket(code: 77, identifier: 7), now: t0)
-        case "RXJ+": a.receive(ControlPacket(code: 7, identifier: 7, data: [9, 1, 0, 4]), now: t0)
-        case "RXJ-": a.receive(ControlPacket(code: 7, identifier: 7, data: [1, 1, 0, 4]), now: t0)
-        case "RXR": a.receive(ControlPacket(code: 9, identifier: 7, data: [0, 0, 0, 0]), now: t0)
+                      ? ControlPacket(code: .configureAck, identifier: 1, data: []) : a.ackOfLastRequest(), now: t0)
+        case "RCN": a.receive(ControlPacket(code: .configureNak, identifier: a.requestIdentifier ?? 0, data: [1, 4, 0x05, 0xDC]), now: t0)
+        case "RTR": a.receive(ControlPacket(code: .terminateRequest, identifier: 7), now: t0)
+        case "RTA": a.receive(ControlPacket(code: .terminateAck, identifier: 7), now: t0)
+        case "RUC": a.receive(ControlPacket(code: ControlCode(77), identifier: 7), now: t0)
+        case "RXJ+": a.receive(ControlPacket(code: .codeReject, identifier: 7, data: [9, 1, 0, 4]), now: t0)
+        case "RXJ-": a.receive(ControlPacket(code: .codeReject, identifier: 7, data: [1, 1, 0, 4]), now: t0)
+        case "RXR": a.receive(ControlPacket(code: .echoRequest, identifier: 7, data: [0, 0, 0, 0]), now: t0)
         default: Issue.record("unknown event \(row.event)")
         }
         #expect(a.state == row.to, "\(row)")
@@ -214,21 +214,22 @@ func actions(_ outputs: [NegotiationOutput]) -> [String] {
         // A peer that ignores our Naks and sends the same request again and again.
         var a = Automaton.inState(.requestSent)
         a.policy.verdict = .nak([ConfigurationOption(type: 1, value: [0x05, 0xDC])])
-        var answers: [UInt8] = []
+        var answers: [ControlCode] = []
         for id in UInt8(1)...8 {
-            a.receive(ControlPacket(code: 1, identifier: id, data: [1, 4, 0x05, 0xDC]), now: t0)
+            a.receive(ControlPacket(code: .configureRequest, identifier: id, data: [1, 4, 0x05, 0xDC]), now: t0)
             for case let .send(p) in a.takeOutputs() { answers.append(p.code) }
         }
         // Max-Failure (5) Naks, then Rejects.
-        #expect(answers == [3, 3, 3, 3, 3, 4, 4, 4])
+        #expect(answers == [.configureNak, .configureNak, .configureNak, .configureNak, .configureNak,
+                            .configureReject, .configureReject, .configureReject])
     }
 
     @Test func sendingAnAckResetsTheFailureCount() {
         var a = Automaton.inState(.requestSent)
         a.policy.verdict = .nak([ConfigurationOption(type: 1, value: [0x05, 0xDC])])
-        for id in UInt8(1)...4 { a.receive(ControlPacket(code: 1, identifier: id, data: [1, 4, 0x05, 0xDC]), now: t0) }
+        for id in UInt8(1)...4 { a.receive(ControlPacket(code: .configureRequest, identifier: id, data: [1, 4, 0x05, 0xDC]), now: t0) }
         a.policy.verdict = .ack
-        a.receive(ControlPacket(code: 1, identifier: 5, data: [1, 4, 0x05, 0xDC]), now: t0)
+        a.receive(ControlPacket(code: .configureRequest, identifier: 5, data: [1, 4, 0x05, 0xDC]), now: t0)
         #expect(a.failureCounter == 0)
     }
 
@@ -237,7 +238,7 @@ func actions(_ outputs: [NegotiationOutput]) -> [String] {
         var times: [Instant] = []
         while let d = a.deadline, a.state == .requestSent {
             a.timerExpired(now: d)
-            if a.takeOutputs().contains(where: { if case let .send(p) = $0 { return p.code == 1 }; return false }) { times.append(d) }
+            if a.takeOutputs().contains(where: { if case let .send(p) = $0 { return p.code == .configureRequest }; return false }) { times.append(d) }
         }
         // Nine retransmissions 3 s apart after the first request, then Stopped at 30 s.
         #expect(times == (1...9).map { Instant.seconds(3.0 * Double($0)) })

@@ -87,7 +87,7 @@ import Testing
         a.up(now: .zero)
         _ = a.takeOutputs()
         a.peerMRU = 296
-        a.receive(ControlPacket(code: 99, identifier: 1, data: [UInt8](repeating: 7, count: 1000)), now: .zero)
+        a.receive(ControlPacket(code: ControlCode(99), identifier: 1, data: [UInt8](repeating: 7, count: 1000)), now: .zero)
         let reject = a.takeOutputs().compactMap { if case let .send(p) = $0, p.code == ControlCode.codeReject { return p }; return nil }.first
         #expect(reject?.length == 296)
     }

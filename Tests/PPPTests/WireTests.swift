@@ -6,7 +6,7 @@ import Testing
     @Test func parseEmitRoundTrip() throws {
         let bytes: [UInt8] = [0x01, 0x01, 0x00, 0x14, 0x02, 0x06, 0x00, 0x00, 0x00, 0x00, 0x05, 0x06, 0x0C, 0xF6, 0x7E, 0x7E, 0x07, 0x02, 0x08, 0x02]
         let p = try ControlPacket(parsing: bytes)
-        #expect(p.code == 1 && p.identifier == 1 && p.length == 20)
+        #expect(p.code == .configureRequest && p.identifier == 1 && p.length == 20)
         #expect(try p.emit() == bytes)
         let options = try ConfigurationOption.parseList(p.data)
         #expect(try ConfigurationOption.emitList(options) == p.data)
@@ -58,8 +58,8 @@ import Testing
                                    .response(identifier: 1, value: Array(repeating: 7, count: 16), name: []),
                                    .success(identifier: 1, message: Array("Welcome".utf8)), .failure(identifier: 2, message: [])]
         for c in chaps { #expect(try CHAPPacket(ControlPacket(parsing: c.packet.emit())) == c) }
-        #expect(throws: WireError.self) { try PAPPacket(ControlPacket(code: 1, identifier: 1, data: [5, 1])) }
-        #expect(throws: WireError.self) { try CHAPPacket(ControlPacket(code: 1, identifier: 1, data: [16, 1])) }
+        #expect(throws: WireError.self) { try PAPPacket(ControlPacket(code: PAPPacket.Code.request, identifier: 1, data: [5, 1])) }
+        #expect(throws: WireError.self) { try CHAPPacket(ControlPacket(code: CHAPPacket.Code.challenge, identifier: 1, data: [16, 1])) }
     }
 
     @Test func printerMatchesPppdForms() {

@@ -63,7 +63,7 @@ struct EditableSession {
     }
 
     /// The control packet of frame `i` when it is `proto`'s with `code`.
-    func control(_ i: Int, _ proto: UInt16, _ code: UInt8) -> ControlPacket? {
+    func control(_ i: Int, _ proto: UInt16, _ code: ControlCode) -> ControlPacket? {
         guard frames[i].frame.protocol == proto, let p = try? ControlPacket(parsing: frames[i].frame.information), p.code == code else { return nil }
         return p
     }
