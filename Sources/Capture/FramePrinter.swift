@@ -42,7 +42,7 @@ public enum FramePrinter {
         case ProtocolNumber.mpls:
             return mpls(info)
         default:
-            let name = ProtocolNumber.name(frame.protocol) ?? "proto=0x" + Hex.string([UInt8(frame.protocol >> 8), UInt8(frame.protocol & 0xFF)])
+            let name = frame.protocol.name ?? "proto=0x" + Hex.string(BigEndian.bytes(frame.protocol.rawValue))
             return PacketText("\(name) len=\(info.count)" + Hex.spaced(Array(info.prefix(32))) + (info.count > 32 ? " ..." : ""))
         }
     }

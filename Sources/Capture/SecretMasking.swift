@@ -33,7 +33,7 @@ public struct SecretMasker: Sendable {
     /// The information field to capture for a frame of `proto`: `information` with its secrets
     /// masked, or nil when there was nothing to mask. `direction` keeps VJ state apart (nil for
     /// captures without one).
-    public mutating func masked(protocol proto: UInt16, information: [UInt8], direction: Direction?) -> [UInt8]? {
+    public mutating func masked(protocol proto: ProtocolNumber, information: [UInt8], direction: Direction?) -> [UInt8]? {
         switch proto {
         case ProtocolNumber.pap: return SecretMasker.maskPAP(information)
         case ProtocolNumber.ipv4: return maskIPv4(information, vjSlot: nil, direction: direction)

@@ -32,7 +32,7 @@ public struct DecodedFrame {
     /// The packet: header and information, FCS removed.
     public let packet: UnsafeRawBufferPointer
 
-    public var `protocol`: UInt16 { header.protocol }
+    public var `protocol`: ProtocolNumber { header.protocol }
     public var information: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: packet[header.length...]) }
     public var frame: PPPFrame { PPPFrame(packet: packet)! }
 }

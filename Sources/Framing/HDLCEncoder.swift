@@ -49,10 +49,11 @@ public struct HDLCEncoder: Sendable {
 
     /// Appends the framed packet to `out`. The opening flag is left out when `out` already
     /// ends in a flag, so back-to-back frames share one (RFC 1662 §4.1).
-    public func encode(protocol proto: UInt16, information: UnsafeRawBufferPointer, into out: inout [UInt8]) {
+    public func encode(protocol: ProtocolNumber, information: UnsafeRawBufferPointer, into out: inout [UInt8]) {
         // RFC 1661 §6.5/§6.6 and RFC 1662 §7.1: LCP is never header-compressed, and its
         // negotiation and termination packets (codes 1–7) escape every control character.
-        let isLCP = proto == 0xC021
+        let proto = `protocol`.rawValue
+        let isLCP = `protocol` == .lcp
         let lcpNegotiation = isLCP && information.count > 0 && (1...7).contains(information[0])
         var header: (UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0)
         var headerCount = 0
@@ -103,14 +104,14 @@ public struct HDLCEncoder: Sendable {
         out.removeLast(worst - written)
     }
 
-    public func encode(protocol proto: UInt16, information: [UInt8], into out: inout [UInt8]) {
-        information.withUnsafeBytes { encode(protocol: proto, information: $0, into: &out) }
+    public func encode(protocol: ProtocolNumber, information: [UInt8], into out: inout [UInt8]) {
+        information.withUnsafeBytes { encode(protocol: `protocol`, information: $0, into: &out) }
     }
 
     /// One framed packet, opening and closing flags included.
-    public func encode(protocol proto: UInt16, information: [UInt8]) -> [UInt8] {
+    public func encode(protocol: ProtocolNumber, information: [UInt8]) -> [UInt8] {
         var out: [UInt8] = []
-        encode(protocol: proto, information: information, into: &out)
+        encode(protocol: `protocol`, information: information, into: &out)
         return out
     }
 

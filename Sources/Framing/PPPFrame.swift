@@ -8,14 +8,14 @@ public enum Direction: String, Sendable, Equatable {
 /// with how its header was sent (RFC 1661 §6.5 ACFC and §6.6 PFC), so that the exact packet
 /// can be rebuilt.
 public struct PPPFrame: Sendable, Equatable {
-    public var `protocol`: UInt16
+    public var `protocol`: ProtocolNumber
     public var information: [UInt8]
     /// The frame carried the FF 03 address and control fields.
     public var addressControlPresent: Bool
     /// The protocol field was sent in one byte.
     public var protocolCompressed: Bool
 
-    public init(protocol: UInt16, information: [UInt8], addressControlPresent: Bool = true, protocolCompressed: Bool = false) {
+    public init(protocol: ProtocolNumber, information: [UInt8], addressControlPresent: Bool = true, protocolCompressed: Bool = false) {
         self.protocol = `protocol`
         self.information = information
         self.addressControlPresent = addressControlPresent
@@ -39,10 +39,11 @@ public struct PPPFrame: Sendable, Equatable {
         var out: [UInt8] = []
         out.reserveCapacity(information.count + 4)
         if addressControlPresent { out += [HDLC.allStationsAddress, HDLC.unnumberedInformation] }
-        if protocolCompressed && self.protocol < 0x100 {
-            out.append(UInt8(self.protocol))
+        let number = self.protocol.rawValue
+        if protocolCompressed && number < 0x100 {
+            out.append(UInt8(number))
         } else {
-            out += [UInt8(self.protocol >> 8), UInt8(self.protocol & 0xFF)]
+            out += [UInt8(number >> 8), UInt8(number & 0xFF)]
         }
         out += information
         return out
@@ -56,7 +57,7 @@ public struct PPPFrame: Sendable, Equatable {
 
 /// The address, control and protocol fields at the start of a packet.
 public struct PPPHeader: Sendable, Equatable {
-    public var `protocol`: UInt16
+    public var `protocol`: ProtocolNumber
     /// Bytes taken by the header.
     public var length: Int
     public var addressControlPresent: Bool
@@ -77,10 +78,10 @@ public struct PPPHeader: Sendable, Equatable {
         guard offset < p.count else { return nil }
         let first = p[offset]
         if first & 1 == 1 {
-            return PPPHeader(protocol: UInt16(first), length: offset + 1, addressControlPresent: ac, protocolCompressed: true)
+            return PPPHeader(protocol: ProtocolNumber(UInt16(first)), length: offset + 1, addressControlPresent: ac, protocolCompressed: true)
         }
         guard offset + 1 < p.count, p[offset + 1] & 1 == 1 else { return nil }
-        return PPPHeader(protocol: UInt16(first) << 8 | UInt16(p[offset + 1]), length: offset + 2,
+        return PPPHeader(protocol: ProtocolNumber(UInt16(first) << 8 | UInt16(p[offset + 1])), length: offset + 2,
                          addressControlPresent: ac, protocolCompressed: false)
     }
 }

@@ -1,3 +1,4 @@
+import Framing
 import Crypto
 import Wire
 
@@ -71,7 +72,7 @@ public struct Authenticator: Sendable {
     private var chapChallenges = Retransmission(identifier: 0x40)
     private var peerDeadline: Instant?
     private let challenge: [UInt8]
-    private var outputs: [(UInt16, ControlPacket)] = []
+    private var outputs: [(ProtocolNumber, ControlPacket)] = []
 
     /// The length of our CHAP challenges: MD5's output size, as pppd uses.
     public static let challengeLength = 16
@@ -90,7 +91,7 @@ public struct Authenticator: Sendable {
 
     public var deadline: Instant? { outcome == nil ? earliest(papRequests.at, chapChallenges.at, peerDeadline) : nil }
 
-    public mutating func takeOutputs() -> [(UInt16, ControlPacket)] {
+    public mutating func takeOutputs() -> [(ProtocolNumber, ControlPacket)] {
         defer { outputs = [] }
         return outputs
     }
@@ -119,7 +120,7 @@ public struct Authenticator: Sendable {
     }
 
     /// A PAP or CHAP packet from the peer.
-    public mutating func receive(protocol proto: UInt16, _ packet: ControlPacket, now: Instant) {
+    public mutating func receive(protocol proto: ProtocolNumber, _ packet: ControlPacket, now: Instant) {
         switch proto {
         case ProtocolNumber.pap:
             guard let pap = try? PAPPacket(packet, lenient: true) else { return }

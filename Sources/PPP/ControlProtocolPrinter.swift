@@ -1,3 +1,4 @@
+import Framing
 import Wire
 
 /// A one-line rendering of a packet, and whether it was malformed.
@@ -16,7 +17,7 @@ public struct PacketText: Sendable, Equatable {
 /// `LCP ConfReq id=0x1 <asyncmap 0x0> <magic 0xa9bfc625> <pcomp> <accomp>`.
 public enum ControlProtocolPrinter {
     /// nil when `proto` is not a control protocol this printer knows.
-    public static func describe(protocol proto: UInt16, information: [UInt8], showPassword: Bool = false) -> PacketText? {
+    public static func describe(protocol proto: ProtocolNumber, information: [UInt8], showPassword: Bool = false) -> PacketText? {
         let optionPrinter: ((ConfigurationOption) -> String)?
         switch proto {
         case ProtocolNumber.lcp: optionPrinter = { LCPOption($0).description }
@@ -25,10 +26,10 @@ public enum ControlProtocolPrinter {
         case ProtocolNumber.ipv6cp: optionPrinter = IPV6CPOption.describe
         case ProtocolNumber.pap, ProtocolNumber.chap: optionPrinter = nil
         default:
-            guard ProtocolNumber.isControl(proto) else { return nil }
+            guard proto.isControl else { return nil }
             optionPrinter = Hex.option
         }
-        let name = ProtocolNumber.name(proto) ?? "0x\(String(proto, radix: 16))"
+        let name = proto.description
         let packet: ControlPacket
         do {
             packet = try ControlPacket(parsing: information)
@@ -57,7 +58,7 @@ public enum ControlProtocolPrinter {
         }
     }
 
-    static func codeName(_ proto: UInt16, _ code: ControlCode) -> String {
+    static func codeName(_ proto: ProtocolNumber, _ code: ControlCode) -> String {
         let number = "code=0x\(String(code.rawValue, radix: 16))"
         switch proto {
         case ProtocolNumber.pap: return ["AuthReq", "AuthAck", "AuthNak"].element(Int(code.rawValue) - 1) ?? number
@@ -69,7 +70,7 @@ public enum ControlProtocolPrinter {
         }
     }
 
-    private static func negotiation(name: String, proto: UInt16, packet p: ControlPacket,
+    private static func negotiation(name: String, proto: ProtocolNumber, packet p: ControlPacket,
                                     options: (ConfigurationOption) -> String) -> PacketText {
         var text = "\(name) \(codeName(proto, p.code)) id=0x\(String(p.identifier, radix: 16))"
         var rest = p.data[...]

@@ -164,7 +164,7 @@ public struct IPCPPolicy: NegotiationPolicy {
 
     public func requestOptions() -> [ConfigurationOption] {
         var o: [IPCPOption] = []
-        if let vj = requestVJ { o.append(.compression(protocol: 0x002D, data: [vj.maxSlotID, vj.compressSlotID ? 1 : 0])) }
+        if let vj = requestVJ { o.append(.compression(protocol: .vjCompressedTCP, data: [vj.maxSlotID, vj.compressSlotID ? 1 : 0])) }
         if askAddress { o.append(.ipAddress(local ?? .any)) }
         if dns.count > 0, let primary = dns[0] { o.append(.primaryDNS(primary)) }
         if dns.count > 1, let secondary = dns[1] { o.append(.secondaryDNS(secondary)) }
@@ -218,10 +218,10 @@ public struct IPCPPolicy: NegotiationPolicy {
                     rejects.append(raw)
                     continue
                 }
-                if proto == 0x002D && data.count == 2 && data[1] <= 1 && data[0] >= 1 {
+                if proto == .vjCompressedTCP && data.count == 2 && data[1] <= 1 && data[0] >= 1 {
                     vj = VJParameters(maxSlotID: data[0], compressSlotID: data[1] == 1)
                 } else {
-                    nak(.compression(protocol: 0x002D, data: [ours.maxSlotID, ours.compressSlotID ? 1 : 0]), else: raw)
+                    nak(.compression(protocol: .vjCompressedTCP, data: [ours.maxSlotID, ours.compressSlotID ? 1 : 0]), else: raw)
                 }
             default:
                 // IP-Addresses (deprecated), NBNS, unknown.
@@ -277,7 +277,7 @@ public struct IPCPPolicy: NegotiationPolicy {
                 if dns.count > 1 { dns[1] = rejected ? nil : a }
             case let .compression(proto, data):
                 // A Nak proposing other VJ parameters is taken; anything else stops us asking.
-                if !rejected && proto == 0x002D && data.count == 2 && data[1] <= 1 && data[0] >= 1 {
+                if !rejected && proto == .vjCompressedTCP && data.count == 2 && data[1] <= 1 && data[0] >= 1 {
                     requestVJ = VJParameters(maxSlotID: data[0], compressSlotID: data[1] == 1)
                 } else {
                     requestVJ = nil

@@ -1,3 +1,4 @@
+import Framing
 import Wire
 
 /// IPCP configuration options (RFC 1332, RFC 1877).
@@ -5,7 +6,7 @@ public enum IPCPOption: Sendable, Equatable {
     /// Deprecated IP-Addresses option (RFC 1172): source and destination.
     case ipAddresses(IPv4Address, IPv4Address)
     /// IP-Compression-Protocol: protocol (0x002D for VJ) and its data (max-slot-id, comp-slot-id).
-    case compression(protocol: UInt16, data: [UInt8])
+    case compression(protocol: ProtocolNumber, data: [UInt8])
     case ipAddress(IPv4Address)
     case primaryDNS(IPv4Address)
     case primaryNBNS(IPv4Address)
@@ -28,7 +29,7 @@ public enum IPCPOption: Sendable, Equatable {
         func address(_ at: Int) -> IPv4Address { IPv4Address(v[at], v[at + 1], v[at + 2], v[at + 3]) }
         switch (o.type, v.count) {
         case (Kind.ipAddresses, 8): self = .ipAddresses(address(0), address(4))
-        case (Kind.compression, 2...): self = .compression(protocol: BigEndian.uint16(v, 0), data: Array(v[2...]))
+        case (Kind.compression, 2...): self = .compression(protocol: ProtocolNumber(BigEndian.uint16(v, 0)), data: Array(v[2...]))
         case (Kind.ipAddress, 4): self = .ipAddress(address(0))
         case (Kind.primaryDNS, 4): self = .primaryDNS(address(0))
         case (Kind.primaryNBNS, 4): self = .primaryNBNS(address(0))
@@ -41,7 +42,7 @@ public enum IPCPOption: Sendable, Equatable {
     public var option: ConfigurationOption {
         switch self {
         case let .ipAddresses(a, b): return ConfigurationOption(type: Kind.ipAddresses, value: a.bytes + b.bytes)
-        case let .compression(p, data): return ConfigurationOption(type: Kind.compression, value: BigEndian.bytes(p) + data)
+        case let .compression(p, data): return ConfigurationOption(type: Kind.compression, value: BigEndian.bytes(p.rawValue) + data)
         case let .ipAddress(a): return ConfigurationOption(type: Kind.ipAddress, value: a.bytes)
         case let .primaryDNS(a): return ConfigurationOption(type: Kind.primaryDNS, value: a.bytes)
         case let .primaryNBNS(a): return ConfigurationOption(type: Kind.primaryNBNS, value: a.bytes)
@@ -59,8 +60,8 @@ public enum IPCPOption: Sendable, Equatable {
             let name: String
             switch p {
             case ProtocolNumber.vjCompressedTCP: name = "VJ"
-            case 0x0037: name = "old-VJ"
-            default: name = "0x\(String(p, radix: 16))"
+            case ProtocolNumber(0x0037): name = "old-VJ"
+            default: name = "0x\(String(p.rawValue, radix: 16))"
             }
             return "compress \(name)" + Hex.spaced(data)
         case let .ipAddress(a): return "addr \(a)"

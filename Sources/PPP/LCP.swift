@@ -1,3 +1,4 @@
+import Framing
 import Wire
 
 /// The authentication protocols this project speaks.

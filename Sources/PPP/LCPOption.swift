@@ -1,3 +1,4 @@
+import Framing
 import Wire
 
 /// LCP configuration options (RFC 1661 §6, RFC 1570, RFC 1990), parsed into values that can
@@ -6,8 +7,8 @@ public enum LCPOption: Sendable, Equatable {
     case maximumReceiveUnit(UInt16)
     case asyncControlCharacterMap(UInt32)
     /// Authentication-Protocol with its protocol-specific data (CHAP's algorithm byte).
-    case authenticationProtocol(UInt16, data: [UInt8])
-    case qualityProtocol(UInt16, data: [UInt8])
+    case authenticationProtocol(ProtocolNumber, data: [UInt8])
+    case qualityProtocol(ProtocolNumber, data: [UInt8])
     case magicNumber(UInt32)
     case protocolFieldCompression
     case addressControlFieldCompression
@@ -44,8 +45,8 @@ public enum LCPOption: Sendable, Equatable {
         switch (o.type, v.count) {
         case (Kind.mru, 2): self = .maximumReceiveUnit(u16())
         case (Kind.accm, 4): self = .asyncControlCharacterMap(u32())
-        case (Kind.authenticationProtocol, 2...): self = .authenticationProtocol(u16(), data: Array(v[2...]))
-        case (Kind.qualityProtocol, 2...): self = .qualityProtocol(u16(), data: Array(v[2...]))
+        case (Kind.authenticationProtocol, 2...): self = .authenticationProtocol(ProtocolNumber(u16()), data: Array(v[2...]))
+        case (Kind.qualityProtocol, 2...): self = .qualityProtocol(ProtocolNumber(u16()), data: Array(v[2...]))
         case (Kind.magicNumber, 4): self = .magicNumber(u32())
         case (Kind.pfc, 0): self = .protocolFieldCompression
         case (Kind.acfc, 0): self = .addressControlFieldCompression
@@ -61,8 +62,8 @@ public enum LCPOption: Sendable, Equatable {
         switch self {
         case let .maximumReceiveUnit(m): return ConfigurationOption(type: Kind.mru, value: BigEndian.bytes(m))
         case let .asyncControlCharacterMap(a): return ConfigurationOption(type: Kind.accm, value: BigEndian.bytes(a))
-        case let .authenticationProtocol(p, data): return ConfigurationOption(type: Kind.authenticationProtocol, value: BigEndian.bytes(p) + data)
-        case let .qualityProtocol(p, data): return ConfigurationOption(type: Kind.qualityProtocol, value: BigEndian.bytes(p) + data)
+        case let .authenticationProtocol(p, data): return ConfigurationOption(type: Kind.authenticationProtocol, value: BigEndian.bytes(p.rawValue) + data)
+        case let .qualityProtocol(p, data): return ConfigurationOption(type: Kind.qualityProtocol, value: BigEndian.bytes(p.rawValue) + data)
         case let .magicNumber(m): return ConfigurationOption(type: Kind.magicNumber, value: BigEndian.bytes(m))
         case .protocolFieldCompression: return ConfigurationOption(type: Kind.pfc)
         case .addressControlFieldCompression: return ConfigurationOption(type: Kind.acfc)
@@ -87,10 +88,10 @@ public enum LCPOption: Sendable, Equatable {
                 let names: [UInt8: String] = [5: "MD5", 0x80: "MS", 0x81: "MS-v2"]
                 return "auth chap " + (names[algorithm] ?? "0x" + String(algorithm, radix: 16)) + Hex.spaced(Array(data.dropFirst()))
             case ProtocolNumber.eap: return "auth eap" + Hex.spaced(data)
-            default: return "auth 0x\(String(p, radix: 16))" + Hex.spaced(data)
+            default: return "auth 0x\(String(p.rawValue, radix: 16))" + Hex.spaced(data)
             }
         case let .qualityProtocol(p, data):
-            return (p == ProtocolNumber.lqr ? "quality lqr" : "quality 0x\(String(p, radix: 16))") + Hex.spaced(data)
+            return (p == ProtocolNumber.lqr ? "quality lqr" : "quality 0x\(String(p.rawValue, radix: 16))") + Hex.spaced(data)
         case let .magicNumber(m): return "magic 0x\(String(m, radix: 16))"
         case .protocolFieldCompression: return "pcomp"
         case .addressControlFieldCompression: return "accomp"

@@ -203,13 +203,13 @@ public struct PPPLink: Sendable {
         let ipFastPath = !configuration.captureFrames
         while offset < bytes.count {
             var frame: PPPFrame?
-            var ipProtocol: UInt16?
+            var ipProtocol: ProtocolNumber?
             // Sized once the frame is known: a peer's run of tiny frames must not cost a
             // full-sized array each.
             var information = ipFastPath ? packetPool.take(capacity: 0) : []
             let damagedBefore = decoder.counters.droppedFrames
             offset += decoder.decode(UnsafeRawBufferPointer(rebasing: bytes[offset...]), stopAfterFrame: true) { decoded in
-                if ipFastPath && ProtocolNumber.isIPData(decoded.protocol) {
+                if ipFastPath && decoded.protocol.isIPData {
                     ipProtocol = decoded.protocol
                     information.reserveCapacity(decoded.information.count)
                     information.append(contentsOf: decoded.information)
@@ -255,7 +255,7 @@ public struct PPPLink: Sendable {
     public mutating func send(ipPacket: [UInt8], now: Instant) -> Bool {
         guard ipcp.state == .opened, ipPacket.count <= lcp.policy.result.transmitMRU else { return false }
         if let (proto, bytes) = vjCompressor?.compress(ipPacket) {
-            sendFrame(proto, bytes)
+            sendFrame(ProtocolNumber(proto), bytes)
         } else {
             sendFrame(ProtocolNumber.ipv4, ipPacket)
         }
@@ -267,7 +267,8 @@ public struct PPPLink: Sendable {
     /// buffer, rather than into a frame of its own.
     public mutating func send(ipPacket: inout [UInt8], now: Instant, framingInto out: inout [UInt8]) -> Bool {
         guard ipcp.state == .opened, ipPacket.count <= lcp.policy.result.transmitMRU else { return false }
-        let (proto, start) = vjCompressor?.compress(&ipPacket) ?? (ProtocolNumber.ipv4, 0)
+        let compressed = vjCompressor?.compress(&ipPacket)
+        let (proto, start) = compressed.map { (ProtocolNumber($0.protocol), $0.start) } ?? (ProtocolNumber.ipv4, 0)
         ipPacket.withUnsafeBytes { packet in
             let information = UnsafeRawBufferPointer(rebasing: packet[start...])
             noteSent(proto, information)
@@ -329,7 +330,7 @@ public struct PPPLink: Sendable {
     private mutating func handle(_ frame: PPPFrame, now: Instant) {
         if configuration.captureFrames { captured.append((.received, frame)) }
         let proto = frame.protocol
-        if ProtocolNumber.isControl(proto), configuration.debug,
+        if proto.isControl, configuration.debug,
            let text = ControlProtocolPrinter.describe(protocol: proto, information: frame.information) {
             events.append(.debug("rcvd [\(text.text)]"))
         }
@@ -361,7 +362,7 @@ public struct PPPLink: Sendable {
             unknownProtocolFrames += 1
             lcpIdentifier &+= 1
             let room = max(0, lcp.policy.result.transmitMRU - 6)
-            let data = BigEndian.bytes(proto) + frame.information.prefix(room)
+            let data = BigEndian.bytes(proto.rawValue) + frame.information.prefix(room)
             sendControl(ProtocolNumber.lcp, ControlPacket(code: ControlCode.protocolReject, identifier: lcpIdentifier, data: data))
         }
     }
@@ -369,7 +370,7 @@ public struct PPPLink: Sendable {
     /// An IPv4 or VJ frame's information field (RFC 1332, RFC 1144). IPv4 before IPCP is open
     /// is dropped; VJ that IPCP did not negotiate goes the way of any unknown protocol
     /// (`handle`: a Protocol-Reject).
-    private mutating func handleIP(_ proto: UInt16, _ information: [UInt8], now: Instant) {
+    private mutating func handleIP(_ proto: ProtocolNumber, _ information: [UInt8], now: Instant) {
         switch proto {
         case ProtocolNumber.ipv4 where ipcp.state == .opened:
             receivedIP.append(information)
@@ -527,7 +528,7 @@ public struct PPPLink: Sendable {
         switch packet.code {
         case ControlCode.protocolReject:
             guard packet.data.count >= 2 else { return }
-            let rejected = BigEndian.uint16(packet.data, 0)
+            let rejected = ProtocolNumber(BigEndian.uint16(packet.data, 0))
             if rejected == ProtocolNumber.ipcp {
                 // An NCP the peer rejects is stopped, not retried forever.
                 ipcp.protocolRejected(now: now)
@@ -646,7 +647,7 @@ public struct PPPLink: Sendable {
         decoder.setMRU(1500)
     }
 
-    private mutating func sendControl(_ proto: UInt16, _ packet: ControlPacket) {
+    private mutating func sendControl(_ proto: ProtocolNumber, _ packet: ControlPacket) {
         guard let bytes = try? packet.emit() else {
             unsendablePackets += 1
             return
@@ -657,19 +658,19 @@ public struct PPPLink: Sendable {
         sendFrame(proto, bytes)
     }
 
-    private mutating func sendFrame(_ proto: UInt16, _ information: [UInt8]) {
+    private mutating func sendFrame(_ proto: ProtocolNumber, _ information: [UInt8]) {
         information.withUnsafeBytes { noteSent(proto, $0) }
         encoder.encode(protocol: proto, information: information, into: &transmit)
     }
 
     /// Counts a frame about to be encoded, and keeps a copy when frames are captured.
-    private mutating func noteSent(_ proto: UInt16, _ information: UnsafeRawBufferPointer) {
+    private mutating func noteSent(_ proto: ProtocolNumber, _ information: UnsafeRawBufferPointer) {
         framesSent &+= 1
         if configuration.captureFrames {
             let lcpPacket = proto == ProtocolNumber.lcp
             captured.append((.sent, PPPFrame(protocol: proto, information: Array(information),
                                              addressControlPresent: lcpPacket || !encoder.compressAddressControl,
-                                             protocolCompressed: !lcpPacket && encoder.compressProtocol && proto < 0x100)))
+                                             protocolCompressed: !lcpPacket && encoder.compressProtocol && proto.rawValue < 0x100)))
         }
     }
 }

@@ -1,3 +1,4 @@
+import Framing
 import Wire
 
 /// The states of the RFC 1661 §4.2 option negotiation automaton.
@@ -79,7 +80,7 @@ public enum FinishReason: Sendable, Equatable {
 /// One RFC 1661 automaton: all ten states and every event of the §4.1 state-transition table.
 /// Time is an input: the owner calls `timerExpired(now:)` when `deadline` has passed.
 public struct OptionNegotiator<Policy: NegotiationPolicy>: Sendable {
-    public let protocolNumber: UInt16
+    public let protocolNumber: ProtocolNumber
     public var configuration: NegotiationConfiguration
     public var policy: Policy
     public private(set) var state: NegotiationState = .initial
@@ -103,7 +104,7 @@ public struct OptionNegotiator<Policy: NegotiationPolicy>: Sendable {
     /// The identifier of our latest Configure-Request: the one an answer must carry.
     public var requestIdentifier: UInt8? { sentRequest?.id }
 
-    public init(protocolNumber: UInt16, policy: Policy, configuration: NegotiationConfiguration = NegotiationConfiguration()) {
+    public init(protocolNumber: ProtocolNumber, policy: Policy, configuration: NegotiationConfiguration = NegotiationConfiguration()) {
         self.protocolNumber = protocolNumber
         self.policy = policy
         self.configuration = configuration

@@ -1,3 +1,4 @@
+import Framing
 import PPP
 import Wire
 

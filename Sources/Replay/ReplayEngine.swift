@@ -42,13 +42,13 @@ final class ReplayEngine {
 
     // Control protocols.
     struct RequestKey: Hashable {
-        var proto: UInt16
+        var proto: ProtocolNumber
         var code: ControlCode
     }
     /// Our latest request of each kind not yet answered by a fed frame.
     private var outstanding: [RequestKey: ControlPacket] = [:]
     private var lastRequest: [RequestKey: ControlPacket] = [:]
-    private var sentProtocols: Set<UInt16> = []
+    private var sentProtocols: Set<ProtocolNumber> = []
     /// The recorded side's requests, in order, and how many of ours have been matched to them.
     private var recordedRequests: [RequestKey: [RecordedFrame]] = [:]
     private var requestCursor: [RequestKey: Int] = [:]
@@ -56,11 +56,11 @@ final class ReplayEngine {
     private var recordedAnswers: [Int: [RecordedFrame]] = [:]
     /// Option values our Naks suggested where the recording's suggested others: the peer's next
     /// request takes ours, as a live peer would (RFC 1661 §5.3).
-    private var nakValues: [UInt16: [UInt8: (recorded: [UInt8], ours: [UInt8])]] = [:]
+    private var nakValues: [ProtocolNumber: [UInt8: (recorded: [UInt8], ours: [UInt8])]] = [:]
     /// The options of our latest Configure-Request the peer acknowledged, per protocol.
-    private var acknowledgedRequest: [UInt16: [UInt8]] = [:]
+    private var acknowledgedRequest: [ProtocolNumber: [UInt8]] = [:]
     /// The peer's latest Configure-Request per protocol as recorded, and whether ours acked it.
-    private var lastPeerRequest: [UInt16: (packet: ControlPacket, acknowledged: Bool)] = [:]
+    private var lastPeerRequest: [ProtocolNumber: (packet: ControlPacket, acknowledged: Bool)] = [:]
     /// Frames the peer sends of its own accord in answer to ours (see `sent`), fed next.
     private var synthetic: [PPPFrame] = []
 
@@ -81,10 +81,10 @@ final class ReplayEngine {
     /// The recorded frame being played, for divergences our timers cause.
     private var currentFrame = 0
     /// The last Nak or Reject fed, per protocol ("#12 IPCP ConfNak ..."): why ours asked again.
-    private var lastPeerAnswer: [UInt16: String] = [:]
+    private var lastPeerAnswer: [ProtocolNumber: String] = [:]
     /// The control protocols our link sends requests of; an answer in any other can never be
     /// fed.
-    private static let negotiatedByOurs: Set<UInt16> = [ProtocolNumber.lcp, ProtocolNumber.ipcp, ProtocolNumber.pap, ProtocolNumber.chap]
+    private static let negotiatedByOurs: Set<ProtocolNumber> = [ProtocolNumber.lcp, ProtocolNumber.ipcp, ProtocolNumber.pap, ProtocolNumber.chap]
 
     struct FlowKey: Hashable {
         var ourPort: UInt16
@@ -132,7 +132,7 @@ final class ReplayEngine {
 
     // MARK: The recording's expectations
 
-    private func requestCode(answering code: ControlCode, protocol proto: UInt16) -> ControlCode? {
+    private func requestCode(answering code: ControlCode, protocol proto: ProtocolNumber) -> ControlCode? {
         if proto == ProtocolNumber.pap { return code == PAPPacket.Code.ack || code == PAPPacket.Code.nak ? PAPPacket.Code.request : nil }
         switch code {
         case ControlCode.configureAck, ControlCode.configureNak, ControlCode.configureReject: return ControlCode.configureRequest
@@ -142,7 +142,7 @@ final class ReplayEngine {
         }
     }
 
-    private func isRequest(_ code: ControlCode, protocol proto: UInt16) -> Bool {
+    private func isRequest(_ code: ControlCode, protocol proto: ProtocolNumber) -> Bool {
         if proto == ProtocolNumber.pap { return code == PAPPacket.Code.request }
         return code == ControlCode.configureRequest || code == ControlCode.terminateRequest || code == ControlCode.echoRequest
     }
@@ -150,7 +150,7 @@ final class ReplayEngine {
     private func indexRecording() {
         let frames = plan.session.frames
         var lastPeerRequest: [RequestKey: (index: Int, id: UInt8)] = [:]
-        var lastPeerOfProtocol: [UInt16: Int] = [:]
+        var lastPeerOfProtocol: [ProtocolNumber: Int] = [:]
         for (i, f) in frames.enumerated() {
             let fromUs = f.side == plan.ourSide
             if let ip = f.ip, fromUs, let s = TCPView(ip), s.flags.contains(.rst) {
@@ -172,7 +172,7 @@ final class ReplayEngine {
                       let asked = lastPeerRequest[RequestKey(proto: proto, code: request)], asked.id == p.identifier {
                 recordedAnswers[asked.index, default: []].append(f)
             } else if proto == ProtocolNumber.lcp && p.code == ControlCode.protocolReject && p.data.count >= 2 {
-                let rejected = UInt16(p.data[0]) << 8 | UInt16(p.data[1])
+                let rejected = ProtocolNumber(UInt16(p.data[0]) << 8 | UInt16(p.data[1]))
                 if let asked = lastPeerOfProtocol[rejected] { recordedAnswers[asked, default: []].append(f) }
             }
         }
@@ -425,7 +425,7 @@ final class ReplayEngine {
     /// Options as they mean, not as they are written: in type order (RFC 1661 §6 sets no
     /// order), without options that say the default (an MRU of 1500, an ACCM of all ones), and
     /// with magic numbers compared by presence (drawn afresh each time, RFC 1661 §6.4).
-    private func comparable(_ list: [ConfigurationOption], _ proto: UInt16) -> [ConfigurationOption] {
+    private func comparable(_ list: [ConfigurationOption], _ proto: ProtocolNumber) -> [ConfigurationOption] {
         guard proto == ProtocolNumber.lcp else { return list.sorted { $0.type < $1.type } }
         return list.compactMap { o -> ConfigurationOption? in
             switch LCPOption(o) {
@@ -445,7 +445,7 @@ final class ReplayEngine {
         for (key, since) in unansweredSince.sorted(by: { $0.value.time < $1.value.time }) where key.code == ControlCode.configureRequest {
             guard let p = outstanding[key] else { continue }
             let silence = lastPeer.map { " (the peer's last frame was #\($0.number))" } ?? ""
-            diverge(since.frame, "our \(ProtocolNumber.name(key.proto) ?? "") ConfReq was sent again without an answer from \(ReplayReport.seconds(Double(since.time.nanoseconds) / 1e9)) on, up to id=0x\(String(p.identifier, radix: 16))\(silence)",
+            diverge(since.frame, "our \(key.proto.name ?? "") ConfReq was sent again without an answer from \(ReplayReport.seconds(Double(since.time.nanoseconds) / 1e9)) on, up to id=0x\(String(p.identifier, radix: 16))\(silence)",
                     at: since.time)
         }
     }
@@ -560,12 +560,12 @@ final class ReplayEngine {
 
     // MARK: The peer's frames
 
-    private func phaseAllows(_ proto: UInt16) -> Bool {
+    private func phaseAllows(_ proto: ProtocolNumber) -> Bool {
         if proto == ProtocolNumber.lcp { return true }
         if proto == ProtocolNumber.pap || proto == ProtocolNumber.chap {
             return [.authenticate, .network, .open].contains(link.phase)
         }
-        if ProtocolNumber.isControl(proto) { return [.network, .open].contains(link.phase) }
+        if proto.isControl { return [.network, .open].contains(link.phase) }
         return link.phase == .open && stack != nil
     }
 
@@ -602,7 +602,7 @@ final class ReplayEngine {
         if proto == ProtocolNumber.lcp && recorded.code == ControlCode.protocolReject && recorded.data.count >= 2 {
             // Rejects a protocol of the recorded side's; ours never sent it (a divergence said
             // where our requests are compared), so no live peer would reject it.
-            let rejected = UInt16(recorded.data[0]) << 8 | UInt16(recorded.data[1])
+            let rejected = ProtocolNumber(UInt16(recorded.data[0]) << 8 | UInt16(recorded.data[1]))
             if !sentProtocols.contains(rejected) {
                 report.framesDropped += 1
                 log("peer  #\(f.number) \(describe(f.frame)) left out: we sent nothing of that protocol")
@@ -614,13 +614,13 @@ final class ReplayEngine {
             // waiting for it would only hold back the frames behind this one. The recorded
             // side's request was reported where requests are compared.
             report.framesDropped += 1
-            log("peer  #\(f.number) \(describe(f.frame)) left out: ours never requests \(ProtocolNumber.name(proto) ?? "that protocol")")
+            log("peer  #\(f.number) \(describe(f.frame)) left out: ours never requests \(proto.name ?? "that protocol")")
             return
         }
         let left = wait(until: deadline) {
-            if !phaseAllows(proto) { return "our \(ProtocolNumber.name(proto) ?? "protocol") to start" }
+            if !phaseAllows(proto) { return "our \(proto.name ?? "protocol") to start" }
             if let request, outstanding[RequestKey(proto: proto, code: request)] == nil {
-                return "our \(ProtocolNumber.name(proto) ?? "") request it answers"
+                return "our \(proto.name ?? "") request it answers"
             }
             return nil
         }
@@ -693,7 +693,7 @@ final class ReplayEngine {
         let ours = captured[before...].filter { entry in
             guard entry.0 == .sent, let p = controlPacket(entry.1) else { return false }
             if entry.1.protocol == ProtocolNumber.lcp && p.code == ControlCode.protocolReject && p.data.count >= 2 {
-                return UInt16(p.data[0]) << 8 | UInt16(p.data[1]) == f.frame.protocol
+                return ProtocolNumber(UInt16(p.data[0]) << 8 | UInt16(p.data[1])) == f.frame.protocol
             }
             guard let q, entry.1.protocol == f.frame.protocol, p.identifier == q.identifier,
                   requestCode(answering: p.code, protocol: entry.1.protocol) == q.code else { return false }

@@ -12,7 +12,7 @@ public enum ReplayRole: String, Sendable, Equatable {
 
 /// A control packet (LCP, an NCP, PAP, CHAP) read from a frame, or nil.
 func controlPacket(_ frame: PPPFrame) -> ControlPacket? {
-    guard ProtocolNumber.isControl(frame.protocol) else { return nil }
+    guard frame.protocol.isControl else { return nil }
     return try? ControlPacket(parsing: frame.information)
 }
 
@@ -141,7 +141,7 @@ public struct ReplayPlan: Sendable {
         c.echo.failureLimit = 0
         let mine = session.frames.filter { $0.side == ours }
         let theirs = session.frames.filter { $0.side != ours }
-        func first(_ proto: UInt16, _ code: ControlCode, in frames: [RecordedFrame]) -> ControlPacket? {
+        func first(_ proto: ProtocolNumber, _ code: ControlCode, in frames: [RecordedFrame]) -> ControlPacket? {
             for f in frames where f.frame.protocol == proto {
                 if let p = controlPacket(f.frame), p.code == code { return p }
             }
@@ -176,7 +176,7 @@ public struct ReplayPlan: Sendable {
                         }
                         throw ReplayError("the recorded side requires \(algorithm): the peer's response is computed from our challenge and a secret the capture does not hold")
                     } else {
-                        throw ReplayError("the recorded side requires authentication protocol 0x\(String(proto, radix: 16)), which this stack does not run")
+                        throw ReplayError("the recorded side requires authentication protocol 0x\(String(proto.rawValue, radix: 16)), which this stack does not run")
                     }
                 default: break
                 }
@@ -207,7 +207,7 @@ public struct ReplayPlan: Sendable {
                 switch IPCPOption(o) {
                 case let .ipAddress(a):
                     if a == .any { c.ipcp.acceptLocal = true } else { c.ipcp.localAddress = a }
-                case let .compression(proto, data) where proto == 0x002D && data.count == 2:
+                case let .compression(proto, data) where proto == .vjCompressedTCP && data.count == 2:
                     c.ipcp.vj = VJParameters(maxSlotID: data[0], compressSlotID: data[1] == 1)
                 case .primaryDNS, .secondaryDNS: c.ipcp.requestDNS = true
                 default: break

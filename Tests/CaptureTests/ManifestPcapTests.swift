@@ -14,13 +14,13 @@ import TestSupport
                                                   "PPPoE PADR session=0x0000", "PPPoE PADS session=0x0011"])
         #expect(t.frames.allSatisfy { $0.via == ["PPPoE 0x0011"] })
         #expect(try t.lcpOptions(5) == [.magicNumber(0x05FC_D459)])
-        #expect(try t.lcpOptions(6) == [.maximumReceiveUnit(1492), .authenticationProtocol(0xC023, data: []), .magicNumber(0x01FC_CBFB)])
+        #expect(try t.lcpOptions(6) == [.maximumReceiveUnit(1492), .authenticationProtocol(.pap, data: []), .magicNumber(0x01FC_CBFB)])
         #expect(try t.control(7).1.code == ControlCode.configureAck)
         let nak = try t.control(8).1
         #expect(nak.code == ControlCode.configureNak && nak.identifier == 1)
         #expect(try t.lcpOptions(8) == [.maximumReceiveUnit(1500)])
         #expect(try t.control(9).1.identifier == 2)
-        #expect(try t.lcpOptions(9) == [.maximumReceiveUnit(1500), .authenticationProtocol(0xC023, data: []), .magicNumber(0x01FC_CBFB)])
+        #expect(try t.lcpOptions(9) == [.maximumReceiveUnit(1500), .authenticationProtocol(.pap, data: []), .magicNumber(0x01FC_CBFB)])
         #expect(try t.control(10).1.code == ControlCode.configureAck)
         let (papProto, papPacket) = try t.control(11)
         #expect(papProto == ProtocolNumber.pap)
@@ -74,9 +74,9 @@ import TestSupport
         #expect(echo.code == ControlCode.echoRequest && echo.identifier == 0 && echo.data == [0x2C, 0xA7, 0x9D, 0xE8])
         let reply = try t.control(24).1
         #expect(reply.code == ControlCode.echoReply && reply.data.prefix(4) == [0x7E, 0x55, 0x40, 0xE3])
-        #expect(try t.ipcpOptions(26) == [.compression(protocol: 0x002D, data: [15, 1]), .ipAddress(IPv4Address(192, 168, 1, 1))])
+        #expect(try t.ipcpOptions(26) == [.compression(protocol: .vjCompressedTCP, data: [15, 1]), .ipAddress(IPv4Address(192, 168, 1, 1))])
         #expect(try t.control(33).1.code == ControlCode.configureReject)
-        #expect(try t.ipcpOptions(33) == [.compression(protocol: 0x002D, data: [15, 1])])
+        #expect(try t.ipcpOptions(33) == [.compression(protocol: .vjCompressedTCP, data: [15, 1])])
         #expect(try t.control(34).1.identifier == 2)
         #expect(try t.ipcpOptions(34) == [.ipAddress(IPv4Address(192, 168, 1, 1))])
         #expect(try t.control(37).1.code == ControlCode.configureAck)
@@ -97,7 +97,7 @@ import TestSupport
         let t = try Traces.load("pptp_chapcrack_lcp_mschapv2_ccp_ipcp_dns.pcap")
         #expect(t.records == 247)
         #expect(try t.lcpOptions(18) == [.asyncControlCharacterMap(0), .magicNumber(0xCDC7_E2DA), .protocolFieldCompression, .addressControlFieldCompression])
-        #expect(try t.lcpOptions(19) == [.asyncControlCharacterMap(0), .authenticationProtocol(0xC223, data: [0x81]),
+        #expect(try t.lcpOptions(19) == [.asyncControlCharacterMap(0), .authenticationProtocol(.chap, data: [0x81]),
                                          .magicNumber(0xC29F_1D2D), .protocolFieldCompression, .addressControlFieldCompression])
         #expect(try t.control(20).1.code == ControlCode.configureAck)
         #expect(try t.control(21).1.code == ControlCode.configureAck)
@@ -109,10 +109,10 @@ import TestSupport
         guard case let .response(6, response, responder) = try CHAPPacket(t.control(25).1) else { Issue.record("#25 is not a Response"); return }
         #expect(response.count == 49 && responder == Array("moxie".utf8))
         #expect(try CHAPPacket(t.control(26).1) == .success(identifier: 6, message: Array("S=A75EC8F61DD73EC5D89F5AC6982448B595E8573F M=Access granted".utf8)))
-        #expect(try t.ipcpOptions(34) == [.compression(protocol: 0x002D, data: [15, 1]), .ipAddress(IPv4Address(172, 27, 200, 1))])
+        #expect(try t.ipcpOptions(34) == [.compression(protocol: .vjCompressedTCP, data: [15, 1]), .ipAddress(IPv4Address(172, 27, 200, 1))])
         #expect(try t.ipcpOptions(36) == [.ipAddress(.any), .primaryDNS(.any), .secondaryDNS(.any)])
         #expect(try t.control(37).1.code == ControlCode.configureReject)
-        #expect(try t.ipcpOptions(37) == [.compression(protocol: 0x002D, data: [15, 1])])
+        #expect(try t.ipcpOptions(37) == [.compression(protocol: .vjCompressedTCP, data: [15, 1])])
         let dns = IPv4Address(172, 27, 0, 1)
         #expect(try t.control(38).1.code == ControlCode.configureNak)
         #expect(try t.ipcpOptions(38) == [.ipAddress(IPv4Address(172, 27, 200, 10)), .primaryDNS(dns), .secondaryDNS(dns)])
@@ -165,7 +165,7 @@ import TestSupport
     @Test func pfcHTTPSession() throws {
         let t = try Traces.load("pppoe_pfc_http_tcp_session.pcap")
         #expect(t.frames.count == 30)
-        #expect(t.frames.allSatisfy { $0.frame.protocolCompressed && !$0.frame.addressControlPresent && $0.frame.protocol == 0x21 })
+        #expect(t.frames.allSatisfy { $0.frame.protocolCompressed && !$0.frame.addressControlPresent && $0.frame.protocol == .ipv4 })
         #expect(t.frames.allSatisfy { $0.via == ["PPPoE 0x002d"] })
         let client = IPv4Address(10, 100, 0, 0), server = IPv4Address(142, 250, 179, 131)
         var fromClient = 0, fromServer = 0
@@ -194,7 +194,7 @@ import TestSupport
         #expect(t.format == .pcap(linkType: 9))
         var fragments: [IPv4Header] = []
         for f in t.frames {
-            #expect(!f.frame.addressControlPresent && f.frame.protocolCompressed && f.frame.protocol == 0x21)
+            #expect(!f.frame.addressControlPresent && f.frame.protocolCompressed && f.frame.protocol == .ipv4)
             fragments.append(try f.frame.information.withUnsafeBytes { try IPv4Header(parsing: $0) })
         }
         #expect(fragments.map(\.source) == Array(repeating: IPv4Address(1, 1, 1, 1), count: 3))
@@ -209,7 +209,7 @@ import TestSupport
         let t = try Traces.load(name)
         let f = try #require(t.frames.first)
         #expect(f.frame.addressControlPresent == name.contains("ff03"))
-        #expect(!f.frame.protocolCompressed && f.frame.protocol == 0x21)
+        #expect(!f.frame.protocolCompressed && f.frame.protocol == .ipv4)
         let ip = try f.frame.information.withUnsafeBytes { try IPv4Header(parsing: $0) }
         #expect(ip.source == IPv4Address(192, 0, 2, 1) && ip.destination == IPv4Address(192, 0, 2, 2) && ip.timeToLive == 111)
         let icmp = try f.frame.information.withUnsafeBytes { try ICMPHeader(parsing: UnsafeRawBufferPointer(rebasing: $0[ip.headerLength...])) }

@@ -70,7 +70,7 @@ import TestSupport
         }
     }
 
-    func protocolCounts(_ t: Trace, _ d: Direction) -> [UInt16: Int] {
+    func protocolCounts(_ t: Trace, _ d: Direction) -> [ProtocolNumber: Int] {
         t.frames.filter { $0.direction == d }.reduce(into: [:]) { $0[$1.frame.protocol, default: 0] += 1 }
     }
 
@@ -85,16 +85,16 @@ import TestSupport
         #expect(try t.lcpOptions(1) == [.asyncControlCharacterMap(0), .magicNumber(0x0CF6_7E7E), .protocolFieldCompression, .addressControlFieldCompression])
         #expect(try t.lcpOptions(2) == [.maximumReceiveUnit(1500), .magicNumber(0x3F8D_7100), .protocolFieldCompression, .addressControlFieldCompression])
         #expect(try t.control(3).1.code == ControlCode.configureAck && t.control(4).1.code == ControlCode.configureAck)
-        #expect(try t.ipcpOptions(5) == [.ipAddress(.any), .compression(protocol: 0x002D, data: [15, 1])])
+        #expect(try t.ipcpOptions(5) == [.ipAddress(.any), .compression(protocol: .vjCompressedTCP, data: [15, 1])])
         let (ccp, emptyRequest) = try t.control(6)
         #expect(ccp == ProtocolNumber.ccp && emptyRequest.code == ControlCode.configureRequest && emptyRequest.data.isEmpty)
-        #expect(try t.ipcpOptions(7) == [.compression(protocol: 0x002D, data: [15, 1]), .ipAddress(.any)])
+        #expect(try t.ipcpOptions(7) == [.compression(protocol: .vjCompressedTCP, data: [15, 1]), .ipAddress(.any)])
         #expect(try t.control(8).1.code == ControlCode.configureNak)
         #expect(try t.ipcpOptions(8) == [.ipAddress(IPv4Address(10, 0, 2, 15))])
         #expect(try t.ipcpOptions(9) == [.ipAddress(IPv4Address(10, 0, 2, 2))])
-        #expect(try t.ipcpOptions(10) == [.ipAddress(IPv4Address(10, 0, 2, 2)), .compression(protocol: 0x002D, data: [15, 1])])
+        #expect(try t.ipcpOptions(10) == [.ipAddress(IPv4Address(10, 0, 2, 2)), .compression(protocol: .vjCompressedTCP, data: [15, 1])])
         #expect(t.text(11) == ["LCP ProtRej id=0x2 80 fd 01 01 00 04"])
-        #expect(try t.ipcpOptions(12) == [.compression(protocol: 0x002D, data: [15, 1]), .ipAddress(IPv4Address(10, 0, 2, 15))])
+        #expect(try t.ipcpOptions(12) == [.compression(protocol: .vjCompressedTCP, data: [15, 1]), .ipAddress(IPv4Address(10, 0, 2, 15))])
         #expect(try t.control(13).1.code == ControlCode.configureAck && t.control(14).1.code == ControlCode.configureAck)
         for n in 15...20 {
             let text = try #require(t.text(n).first)
@@ -104,8 +104,8 @@ import TestSupport
         #expect(t.text(21).first?.contains("mss 1460") == true)
         #expect(t.frames(23)[0].frame.protocol == ProtocolNumber.vjUncompressedTCP && t.frames(23)[0].direction == .sent)
         #expect(t.frames(25)[0].frame.protocol == ProtocolNumber.vjUncompressedTCP && t.frames(25)[0].direction == .received)
-        #expect(protocolCounts(t, .sent) == [0xC021: 4, 0x8021: 4, 0x0021: 7, 0x002F: 2, 0x002D: 33])
-        #expect(protocolCounts(t, .received) == [0xC021: 3, 0x8021: 4, 0x80FD: 1, 0x0021: 7, 0x002F: 2, 0x002D: 32])
+        #expect(protocolCounts(t, .sent) == [.lcp: 4, .ipcp: 4, .ipv4: 7, .vjUncompressedTCP: 2, .vjCompressedTCP: 33])
+        #expect(protocolCounts(t, .received) == [.lcp: 3, .ipcp: 4, .ccp: 1, .ipv4: 7, .vjUncompressedTCP: 2, .vjCompressedTCP: 32])
         // Escapes and flags on the line.
         #expect(sentBytes.filter { $0 == 0x7D }.count == 4615)
         #expect(receivedBytes.filter { $0 == 0x7D }.count == 105)
@@ -132,11 +132,11 @@ import TestSupport
         #expect(requests.map(\.1.identifier) == Array(0...10))
         #expect(replies.map(\.1.identifier) == Array(0...10))
         for (request, reply) in zip(requests, replies) { #expect(reply.0.number == request.0.number + 1) }
-        #expect(try t.ipcpOptions(5) == [.ipAddress(.any), .compression(protocol: 0x002D, data: [15, 1])])
+        #expect(try t.ipcpOptions(5) == [.ipAddress(.any), .compression(protocol: .vjCompressedTCP, data: [15, 1])])
         #expect(try t.ipcpOptions(9) == [.ipAddress(.any)])
         #expect(try t.ipcpOptions(10) == [.ipAddress(IPv4Address(10, 0, 2, 15))])
         #expect(try t.control(11).1.code == ControlCode.configureReject)
-        #expect(try t.ipcpOptions(11) == [.compression(protocol: 0x002D, data: [15, 1])])
+        #expect(try t.ipcpOptions(11) == [.compression(protocol: .vjCompressedTCP, data: [15, 1])])
         #expect(try t.ipcpOptions(12) == [.ipAddress(.any)])
         #expect(try t.control(13).1.code == ControlCode.protocolReject)
         #expect(try t.ipcpOptions(14) == [.ipAddress(IPv4Address(10, 0, 2, 15))])
@@ -223,11 +223,11 @@ import TestSupport
             let direction = try #require(f.direction)
             let packet: [UInt8]?
             switch f.frame.protocol {
-            case 0x002D:
+            case .vjCompressedTCP:
                 compressedFrames += 1
                 packet = decompressors[direction]!.compressed(f.frame.information)
-            case 0x002F: packet = decompressors[direction]!.uncompressed(f.frame.information)
-            case 0x0021: packet = f.frame.information
+            case .vjUncompressedTCP: packet = decompressors[direction]!.uncompressed(f.frame.information)
+            case .ipv4: packet = f.frame.information
             default: continue
             }
             let p = try #require(packet, "frame #\(f.number) did not decompress")

@@ -16,7 +16,7 @@ extension Trace {
     func frames(_ number: Int) -> [TraceFrame] { frames.filter { $0.number == number } }
 
     /// The control packet of the one PPP frame of record `number`.
-    func control(_ number: Int, sourceLocation: SourceLocation = #_sourceLocation) throws -> (UInt16, ControlPacket) {
+    func control(_ number: Int, sourceLocation: SourceLocation = #_sourceLocation) throws -> (ProtocolNumber, ControlPacket) {
         let f = try #require(frames(number).first, "no PPP frame in record #\(number)", sourceLocation: sourceLocation)
         return (f.frame.protocol, try ControlPacket(parsing: f.frame.information))
     }

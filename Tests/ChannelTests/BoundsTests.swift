@@ -567,7 +567,7 @@ extension BoundsTests {
         var line: [UInt8] = []
         var rng = SplitMix64(seed: 5)
         var sent = 0
-        var expected: [(UInt16, UInt8)] = []
+        var expected: [(ProtocolNumber, UInt8)] = []
         var mostStored = 0
         var mostQueued = 0
         while sent < 1200 || !queue.isEmpty {

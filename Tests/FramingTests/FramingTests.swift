@@ -44,22 +44,22 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
         // LCP codes 1–7 escape every control character whatever the ACCM (RFC 1662 §7.1),
         // and keep FF 03 even with ACFC (RFC 1661 §6.6).
         let encoder = HDLCEncoder(escapes: EscapeSet(accm: 0), compressAddressControl: true, compressProtocol: true)
-        #expect(encoder.encode(protocol: 0xC021, information: pppdConfReqInformation) == pppdConfReqOnWire)
+        #expect(encoder.encode(protocol: .lcp, information: pppdConfReqInformation) == pppdConfReqOnWire)
     }
 
     @Test func compressionAppliesOnlyWhenSet() {
         let info: [UInt8] = [0x45, 0x00]
         let plain = HDLCEncoder(escapes: EscapeSet(accm: 0))
         var d = HDLCDecoder()
-        let f1 = d.decode(plain.encode(protocol: 0x21, information: info))
-        #expect(f1 == [PPPFrame(protocol: 0x21, information: info, addressControlPresent: true, protocolCompressed: false)])
+        let f1 = d.decode(plain.encode(protocol: .ipv4, information: info))
+        #expect(f1 == [PPPFrame(protocol: .ipv4, information: info, addressControlPresent: true, protocolCompressed: false)])
         let compressed = HDLCEncoder(escapes: EscapeSet(accm: 0), compressAddressControl: true, compressProtocol: true)
-        let wire = compressed.encode(protocol: 0x21, information: info)
+        let wire = compressed.encode(protocol: .ipv4, information: info)
         #expect(wire.count == 1 + 1 + 2 + 2 + 1)
         let f2 = d.decode(wire)
-        #expect(f2 == [PPPFrame(protocol: 0x21, information: info, addressControlPresent: false, protocolCompressed: true)])
+        #expect(f2 == [PPPFrame(protocol: .ipv4, information: info, addressControlPresent: false, protocolCompressed: true)])
         // Protocols above 0xFF are never compressed.
-        let f3 = d.decode(compressed.encode(protocol: 0x8021, information: info))
+        let f3 = d.decode(compressed.encode(protocol: .ipcp, information: info))
         #expect(f3.first?.protocolCompressed == false)
         #expect(d.counters.droppedFrames == 0)
     }
@@ -67,19 +67,19 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
     @Test func escapesFollowTheSet() {
         let info: [UInt8] = [0x00, 0x11, 0x13, 0x1F, 0x20, 0x7D, 0x7E, 0x91]
         let none = HDLCEncoder(escapes: EscapeSet(accm: 0), compressAddressControl: true, compressProtocol: true)
-        let wire = none.encode(protocol: 0x21, information: info)
+        let wire = none.encode(protocol: .ipv4, information: info)
         // Only 0x7D and 0x7E are escaped with ACCM 0.
         #expect(Array(wire[2..<12]) == [0x00, 0x11, 0x13, 0x1F, 0x20, 0x7D, 0x5D, 0x7D, 0x5E, 0x91])
         let xonxoff = HDLCEncoder(escapes: EscapeSet(accm: 0x000A_0000, extra: [0x91]), compressAddressControl: true, compressProtocol: true)
-        let wire2 = xonxoff.encode(protocol: 0x21, information: info)
+        let wire2 = xonxoff.encode(protocol: .ipv4, information: info)
         #expect(Array(wire2[2..<16]) == [0x00, 0x7D, 0x31, 0x7D, 0x33, 0x1F, 0x20, 0x7D, 0x5D, 0x7D, 0x5E, 0x7D, 0xB1][0..<13] + [wire2[15]])
     }
 
     @Test func backToBackFramesShareAFlag() {
         let e = HDLCEncoder()
         var out: [UInt8] = []
-        e.encode(protocol: 0x21, information: [1, 2, 3], into: &out)
-        e.encode(protocol: 0x21, information: [4, 5, 6], into: &out)
+        e.encode(protocol: .ipv4, information: [1, 2, 3], into: &out)
+        e.encode(protocol: .ipv4, information: [4, 5, 6], into: &out)
         #expect(out.filter { $0 == 0x7E }.count == 3)
         var d = HDLCDecoder()
         #expect(d.decode(out).map(\.information) == [[1, 2, 3], [4, 5, 6]])
@@ -89,7 +89,7 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
 @Suite struct DecoderTests {
     @Test func decodesPppdFrame() {
         let (frames, counters) = decodeAllWays(pppdConfReqOnWire)
-        #expect(frames == [PPPFrame(protocol: 0xC021, information: pppdConfReqInformation)])
+        #expect(frames == [PPPFrame(protocol: .lcp, information: pppdConfReqInformation)])
         #expect(counters.frames == 1 && counters.droppedFrames == 0)
     }
 
@@ -133,8 +133,8 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
 
     @Test func tooLongFramesAreDroppedWithoutBuffering() {
         let encoder = HDLCEncoder()
-        let big = encoder.encode(protocol: 0x21, information: [UInt8](repeating: 0x45, count: 2000))
-        let fits = encoder.encode(protocol: 0x21, information: [UInt8](repeating: 0x45, count: 100))
+        let big = encoder.encode(protocol: .ipv4, information: [UInt8](repeating: 0x45, count: 2000))
+        let fits = encoder.encode(protocol: .ipv4, information: [UInt8](repeating: 0x45, count: 100))
         let (frames, counters) = decodeAllWays(big + fits) { HDLCDecoder(mru: 1500) }
         #expect(frames.count == 1 && frames[0].information.count == 100)
         #expect(counters.tooLong == 1)
@@ -175,7 +175,7 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
             for position in 0..<48 {
                 var info = [UInt8](repeating: 0x41, count: 48)
                 info[position] = special
-                let wire = encoder.encode(protocol: 0x0021, information: info)
+                let wire = encoder.encode(protocol: .ipv4, information: info)
                 var expected: [UInt8] = [0x7E, 0x21]
                 for b in info {
                     if b == 0x7E || b == 0x7D || (b < 0x20 && (accm >> UInt32(b)) & 1 == 1) {
@@ -212,7 +212,7 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
                     // Specials at each offset of a word inside a plain run.
                     var info = (0..<(16 + rng.below(200))).map { _ in UInt8(0x21 + rng.below(0x5B)) }
                     for k in 0..<min(8, info.count) where rng.below(2) == 0 { info[k * (info.count / 8)] = specials[rng.below(specials.count)] }
-                    encoder.encode(protocol: 0x0021, information: info, into: &stream)
+                    encoder.encode(protocol: .ipv4, information: info, into: &stream)
                 case 1:
                     // Raw bytes straight onto the line: specials, controls, split escapes.
                     for _ in 0..<rng.below(64) {
@@ -222,7 +222,7 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
                     // An escape before a special, then a flag: an abort or worse.
                     stream += [0x41, 0x42, 0x7D, specials[rng.below(specials.count)], 0x7E]
                 default:
-                    encoder.encode(protocol: 0xC021, information: (0..<rng.below(1600)).map { _ in rng.byte() }, into: &stream)
+                    encoder.encode(protocol: .lcp, information: (0..<rng.below(1600)).map { _ in rng.byte() }, into: &stream)
                 }
             }
             let (frames, _) = decodeAllWays(stream) { HDLCDecoder(receiveACCM: receiveACCM) }
@@ -243,12 +243,12 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
             let encoder = HDLCEncoder(fcs: fcs, escapes: set, compressAddressControl: rng.below(2) == 0,
                                       compressProtocol: rng.below(2) == 0)
             var stream: [UInt8] = []
-            var sent: [(UInt16, [UInt8])] = []
+            var sent: [(ProtocolNumber, [UInt8])] = []
             for _ in 0..<(1 + rng.below(6)) {
-                let protocols: [UInt16] = [0x0021, 0x002D, 0x002F, 0x8021, 0xC021, 0xC023, 0x80FD]
+                let protocols: [ProtocolNumber] = [.ipv4, .vjCompressedTCP, .vjUncompressedTCP, .ipcp, .lcp, .pap, .ccp]
                 let proto = protocols[rng.below(protocols.count)]
                 var info = (0..<rng.below(1500)).map { _ in rng.byte() }
-                if proto == 0xC021, !info.isEmpty { info[0] = 9 }
+                if proto == .lcp, !info.isEmpty { info[0] = 9 }
                 encoder.encode(protocol: proto, information: info, into: &stream)
                 sent.append((proto, info))
             }

@@ -32,7 +32,7 @@ func sentPackets(_ outputs: [NegotiationOutput]) -> [ControlPacket] {
 
     /// 4-byte compression options we answer with 6-byte ones.
     func compressionRequest(count: Int) throws -> ControlPacket {
-        let options = Array(repeating: IPCPOption.compression(protocol: 0x0037, data: []).option, count: count)
+        let options = Array(repeating: IPCPOption.compression(protocol: ProtocolNumber(0x0037), data: []).option, count: count)
         return ControlPacket(code: ControlCode.configureRequest, identifier: 7, data: try ConfigurationOption.emitList(options))
     }
 
@@ -58,7 +58,7 @@ func sentPackets(_ outputs: [NegotiationOutput]) -> [ControlPacket] {
         #expect(packet.length <= 1500)
         // Whole options only, each one the peer's own, unchanged (RFC 1661 §5.4).
         let rejected = try ConfigurationOption.parseList(packet.data)
-        #expect(!rejected.isEmpty && rejected.allSatisfy { $0 == IPCPOption.compression(protocol: 0x0037, data: []).option })
+        #expect(!rejected.isEmpty && rejected.allSatisfy { $0 == IPCPOption.compression(protocol: ProtocolNumber(0x0037), data: []).option })
         // A small Nak still goes out as a Nak.
         var small = ipcp(peerMRU: 1500)
         small.receive(try compressionRequest(count: 2), now: .zero)

@@ -25,7 +25,7 @@ let peerRequest = ControlPacket(code: .configureRequest, identifier: 0x42, data:
 
 extension Automaton {
     static func make(_ configuration: NegotiationConfiguration = NegotiationConfiguration()) -> Automaton {
-        Automaton(protocolNumber: 0xC021, policy: ScriptedPolicy(), configuration: configuration)
+        Automaton(protocolNumber: .lcp, policy: ScriptedPolicy(), configuration: configuration)
     }
 
     /// Drives the automaton into `target` by a short sequence of real events.

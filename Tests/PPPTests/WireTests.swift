@@ -1,3 +1,4 @@
+import Framing
 import NetStack
 import PPP
 import Testing
@@ -29,24 +30,24 @@ import Testing
 
     @Test func everyLCPOptionRoundTrips() {
         let all: [LCPOption] = [
-            .maximumReceiveUnit(1500), .asyncControlCharacterMap(0x000A_0000), .authenticationProtocol(0xC223, data: [5]),
-            .authenticationProtocol(0xC023, data: []), .qualityProtocol(0xC025, data: [0, 0, 0, 10]), .magicNumber(0xDEAD_BEEF),
+            .maximumReceiveUnit(1500), .asyncControlCharacterMap(0x000A_0000), .authenticationProtocol(.chap, data: [5]),
+            .authenticationProtocol(.pap, data: []), .qualityProtocol(.lqr, data: [0, 0, 0, 10]), .magicNumber(0xDEAD_BEEF),
             .protocolFieldCompression, .addressControlFieldCompression, .fcsAlternatives(0x04), .callback(operation: 6, message: []),
             .multilinkMRRU(1614), .endpointDiscriminator(class: 1, address: [1, 2, 3]),
             .other(ConfigurationOption(type: 99, value: [1])), .other(ConfigurationOption(type: 1, value: [5])),
         ]
         for o in all { #expect(LCPOption(o.option) == o, "\(o)") }
-        #expect(LCPOption.authenticationProtocol(0xC223, data: [5]).description == "auth chap MD5")
+        #expect(LCPOption.authenticationProtocol(.chap, data: [5]).description == "auth chap MD5")
         #expect(LCPOption.asyncControlCharacterMap(0).description == "asyncmap 0x0")
     }
 
     @Test func everyIPCPOptionRoundTrips() {
         let a = IPv4Address(10, 0, 2, 15), b = IPv4Address(10, 0, 2, 2)
-        let all: [IPCPOption] = [.ipAddresses(a, b), .compression(protocol: 0x002D, data: [15, 1]), .ipAddress(a),
+        let all: [IPCPOption] = [.ipAddresses(a, b), .compression(protocol: .vjCompressedTCP, data: [15, 1]), .ipAddress(a),
                                  .primaryDNS(b), .secondaryDNS(a), .primaryNBNS(a), .secondaryNBNS(b),
                                  .other(ConfigurationOption(type: 3, value: [1, 2]))]
         for o in all { #expect(IPCPOption(o.option) == o, "\(o)") }
-        #expect(IPCPOption.compression(protocol: 0x002D, data: [15, 1]).description == "compress VJ 0f 01")
+        #expect(IPCPOption.compression(protocol: .vjCompressedTCP, data: [15, 1]).description == "compress VJ 0f 01")
         #expect(IPCPOption.secondaryDNS(a).description == "ms-dns2 10.0.2.15")
     }
 
@@ -63,16 +64,16 @@ import Testing
     }
 
     @Test func printerMatchesPppdForms() {
-        func line(_ proto: UInt16, _ info: [UInt8]) -> String? { ControlProtocolPrinter.describe(protocol: proto, information: info)?.text }
-        #expect(line(0xC021, [0x09, 0x00, 0x00, 0x08, 0x89, 0xA3, 0x0B, 0x1F]) == "LCP EchoReq id=0x0 magic=0x89a30b1f")
-        #expect(line(0xC021, [0x0D, 0x01, 0x00, 0x0F, 0, 0, 0, 1, 0, 0, 0, 60, 0x68, 0x69, 0x21]) == "LCP TimeRem id=0x1 magic=0x1 seconds=60 \"hi!\"")
-        #expect(line(0xC021, [0x0C, 0x01, 0x00, 0x0A, 0, 0, 0, 1, 0x68, 0x69]) == "LCP Ident id=0x1 magic=0x1 \"hi\"")
-        #expect(line(0xC021, [0x07, 0x05, 0x00, 0x06, 0x20, 0x01]) == "LCP CodeRej id=0x5 20 01")
-        #expect(line(0x8021, [0x09, 0x05, 0x00, 0x04]) == "IPCP code=0x9 id=0x5")
-        #expect(line(0xC023, [0x01, 0x01, 0x00, 0x0A, 0x02, 0x61, 0x62, 0x02, 0x63, 0x64]) == "PAP AuthReq id=0x1 user=\"ab\" password=<hidden>")
-        #expect(line(0xC223, [0x01, 0x02, 0x00, 0x08, 0x02, 0xAB, 0xCD, 0x68]) == "CHAP Challenge id=0x2 <abcd>, name = \"h\"")
-        #expect(line(0x0021, [0x45]) == nil)
-        #expect(line(0xC021, [0x01, 0x01, 0x00, 0x09, 0x01, 0x04, 0x05]) == "LCP ConfReq id=0x1 malformed: length 9 exceeds the 7 bytes present")
+        func line(_ proto: ProtocolNumber, _ info: [UInt8]) -> String? { ControlProtocolPrinter.describe(protocol: proto, information: info)?.text }
+        #expect(line(.lcp, [0x09, 0x00, 0x00, 0x08, 0x89, 0xA3, 0x0B, 0x1F]) == "LCP EchoReq id=0x0 magic=0x89a30b1f")
+        #expect(line(.lcp, [0x0D, 0x01, 0x00, 0x0F, 0, 0, 0, 1, 0, 0, 0, 60, 0x68, 0x69, 0x21]) == "LCP TimeRem id=0x1 magic=0x1 seconds=60 \"hi!\"")
+        #expect(line(.lcp, [0x0C, 0x01, 0x00, 0x0A, 0, 0, 0, 1, 0x68, 0x69]) == "LCP Ident id=0x1 magic=0x1 \"hi\"")
+        #expect(line(.lcp, [0x07, 0x05, 0x00, 0x06, 0x20, 0x01]) == "LCP CodeRej id=0x5 20 01")
+        #expect(line(.ipcp, [0x09, 0x05, 0x00, 0x04]) == "IPCP code=0x9 id=0x5")
+        #expect(line(.pap, [0x01, 0x01, 0x00, 0x0A, 0x02, 0x61, 0x62, 0x02, 0x63, 0x64]) == "PAP AuthReq id=0x1 user=\"ab\" password=<hidden>")
+        #expect(line(.chap, [0x01, 0x02, 0x00, 0x08, 0x02, 0xAB, 0xCD, 0x68]) == "CHAP Challenge id=0x2 <abcd>, name = \"h\"")
+        #expect(line(.ipv4, [0x45]) == nil)
+        #expect(line(.lcp, [0x01, 0x01, 0x00, 0x09, 0x01, 0x04, 0x05]) == "LCP ConfReq id=0x1 malformed: length 9 exceeds the 7 bytes present")
         #expect(PrintableString.quoted([0x41, 0x22, 0x0A, 0x01, 0xFF]) == "\"A\\\"\\x0A\\x01\\xFF\"")
     }
 }

@@ -63,7 +63,7 @@ struct EditableSession {
     }
 
     /// The control packet of frame `i` when it is `proto`'s with `code`.
-    func control(_ i: Int, _ proto: UInt16, _ code: ControlCode) -> ControlPacket? {
+    func control(_ i: Int, _ proto: ProtocolNumber, _ code: ControlCode) -> ControlPacket? {
         guard frames[i].frame.protocol == proto, let p = try? ControlPacket(parsing: frames[i].frame.information), p.code == code else { return nil }
         return p
     }
@@ -92,7 +92,7 @@ struct EditableSession {
                 continue
             }
             // The terminal's IP traffic and its own ending go; the host's frames stay as recorded.
-            if f.direction == .sent && (i > ackIndex && !ProtocolNumber.isControl(f.frame.protocol) || i == termIndex) { continue }
+            if f.direction == .sent && (i > ackIndex && !f.frame.protocol.isControl || i == termIndex) { continue }
             out.append(f)
         }
         out.append((.sent, terminate.frame, start + 21))

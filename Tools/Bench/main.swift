@@ -90,7 +90,7 @@ func measure(name: String, payload: [UInt8], options o: Options) -> Measurement 
         payload.withUnsafeBytes { all in
             for f in 0..<frameCount {
                 let slice = UnsafeRawBufferPointer(rebasing: all[(f * o.frameLength)..<((f + 1) * o.frameLength)])
-                encoder.encode(protocol: 0x0021, information: slice, into: &stream)
+                encoder.encode(protocol: .ipv4, information: slice, into: &stream)
             }
         }
     }

@@ -44,7 +44,7 @@ public func fuzzLink(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     try? stack.listen(port: 80)
     try? stack.bindUDP(port: 53)
     let encoder = HDLCEncoder(fcs: .fcs16, escapes: .allControlCharacters)
-    var lastRequest: [UInt16: [UInt8]] = [:]
+    var lastRequest: [ProtocolNumber: [UInt8]] = [:]
     var expected = TCPExpectations()
     var now = Instant.zero
     link.open(now: now)
@@ -57,13 +57,13 @@ public func fuzzLink(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
         if raw {
             link.receive(frame, now: now)
         } else if frame.count >= 2 {
-            let proto = UInt16(frame[0]) << 8 | UInt16(frame[1])
+            let proto = ProtocolNumber(UInt16(frame[0]) << 8 | UInt16(frame[1]))
             var information = Array(frame[2...])
             if fixUps, information.first == 2, let request = lastRequest[proto] {
                 // RFC 1661 §5.2: an Ack repeats the request's identifier and options exactly.
                 information = [2] + request.dropFirst()
             }
-            if proto == 0x0021 {
+            if proto == .ipv4 {
                 if fixUps { expected.apply(to: &information) }
                 fixIPv4Checksums(&information)
             }
@@ -98,7 +98,7 @@ public func fuzzLink(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
 
 /// Takes what the link sent and said: our Configure-Requests (for the Ack fix-up) and how far
 /// the link got.
-func drain(_ link: inout PPPLink, lastRequest: inout [UInt16: [UInt8]]) {
+func drain(_ link: inout PPPLink, lastRequest: inout [ProtocolNumber: [UInt8]]) {
     _ = link.takeTransmit()
     for (direction, frame) in link.takeCapturedFrames() where direction == .sent && frame.information.first == 1 {
         lastRequest[frame.protocol] = frame.information

@@ -34,7 +34,7 @@ public func fuzzPacketParsers(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CIn
                     precondition(LCPOption(o).option == o && IPCPOption(o).option == o, "an option did not round-trip")
                 }
             }
-            for proto: UInt16 in [0xC021, 0x8021, 0x80FD, 0x8057, 0xC023, 0xC223] {
+            for proto: ProtocolNumber in [.lcp, .ipcp, .ccp, .ipv6cp, .pap, .chap] {
                 _ = ControlProtocolPrinter.describe(protocol: proto, information: body, showPassword: true)
             }
         }

@@ -43,9 +43,9 @@ public func fuzzReplay(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
             let frame = Array(input[(i + 3)..<(i + 3 + n)])
             i += 3 + n
             guard frame.count >= 2 else { continue }
-            let proto = UInt16(frame[0]) << 8 | UInt16(frame[1])
+            let proto = ProtocolNumber(UInt16(frame[0]) << 8 | UInt16(frame[1]))
             var information = Array(frame[2...])
-            if proto == 0x0021 { fixIPv4Checksums(&information) }
+            if proto == .ipv4 { fixIPv4Checksums(&information) }
             let tenths = sideAndTime & 0x7F
             if tenths > 0 { bytes += [0x06, tenths] }
             let line = encoder.encode(protocol: proto, information: information)
