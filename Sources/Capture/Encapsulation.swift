@@ -47,13 +47,13 @@ public enum Encapsulation {
 
     /// IP protocol numbers of the headers this walk follows.
     enum Next {
-        static let ipv4InIP: UInt8 = 4
-        static let ipv6InIP: UInt8 = 41
-        static let hopByHop: UInt8 = 0
-        static let routing: UInt8 = 43
-        static let fragment: UInt8 = 44
-        static let authentication: UInt8 = 51
-        static let destinationOptions: UInt8 = 60
+        static let ipv4InIP = IPProtocol(4)
+        static let ipv6InIP = IPProtocol(41)
+        static let hopByHop = IPProtocol(0)
+        static let routing = IPProtocol(43)
+        static let fragment = IPProtocol(44)
+        static let authentication = IPProtocol(51)
+        static let destinationOptions = IPProtocol(60)
     }
 
     public static func contents(linkType: Int32, record: [UInt8]) -> RecordContents {
@@ -156,7 +156,7 @@ public enum Encapsulation {
         // A payload length of 0 announces a jumbogram (RFC 2675), which no PPP link carries.
         guard payloadLength > 0, payloadLength <= p.count - 40 else { return }
         let end = s + 40 + payloadLength
-        var next = p[s + 6]
+        var next = IPProtocol(p[s + 6])
         var offset = s + 40
         for _ in 0..<maximumExtensionHeaders {
             let length: Int
@@ -179,13 +179,13 @@ public enum Encapsulation {
                 return
             }
             guard length <= end - offset else { return }
-            next = p[offset]
+            next = IPProtocol(p[offset])
             offset += length
         }
     }
 
     /// What an IP header (either version) carries, by its protocol / next header number.
-    static func ipPayload(_ proto: UInt8, _ payload: ArraySlice<UInt8>, via: [String], depth: Int, to out: inout RecordContents) {
+    static func ipPayload(_ proto: IPProtocol, _ payload: ArraySlice<UInt8>, via: [String], depth: Int, to out: inout RecordContents) {
         switch proto {
         case IPProtocol.gre: gre(payload, via: via, depth: depth, to: &out)
         case IPProtocol.udp: udp(payload, via: via, depth: depth, to: &out)

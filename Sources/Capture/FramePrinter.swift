@@ -22,7 +22,7 @@ public enum FramePrinter {
             }
             var restored = info
             let slot = restored[9]
-            restored[9] = IPProtocol.tcp
+            restored[9] = IPProtocol.tcp.rawValue
             let line = IPPacketPrinter.describe(restored)
             return PacketText("VJUC conn=\(slot) " + line.text, error: line.problem.map { .malformed($0.description) })
         case ProtocolNumber.vjCompressedTCP:

@@ -62,7 +62,7 @@ public struct SecretMasker: Sendable {
     /// An IPv4 packet, or a VJ uncompressed one (`vjSlot`: its protocol field holds the slot).
     private mutating func maskIPv4(_ info: [UInt8], vjSlot: UInt8?, direction: Direction?) -> [UInt8]? {
         var bytes = info
-        if vjSlot != nil { bytes[9] = IPProtocol.tcp }
+        if vjSlot != nil { bytes[9] = IPProtocol.tcp.rawValue }
         guard let ip = bytes.withUnsafeBytes({ try? IPv4Header(parsing: $0) }), ip.protocol == IPProtocol.tcp, !ip.isFragment else {
             return nil
         }

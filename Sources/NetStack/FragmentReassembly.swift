@@ -6,7 +6,7 @@ public struct FragmentReassembly: Sendable {
     public struct Key: Hashable, Sendable {
         var source: IPv4Address
         var destination: IPv4Address
-        var proto: UInt8
+        var proto: IPProtocol
         var identification: UInt16
     }
 

@@ -242,7 +242,7 @@ public struct IPStack: Sendable {
 
     // MARK: IP output
 
-    mutating func send(protocol proto: UInt8, to destination: IPv4Address, payload: [UInt8]) {
+    mutating func send(protocol proto: IPProtocol, to destination: IPv4Address, payload: [UInt8]) {
         identification &+= 1
         var h = IPv4Header(protocol: proto, source: configuration.address, destination: destination, payloadLength: payload.count)
         h.identification = identification

@@ -23,7 +23,7 @@ public enum IPPacketPrinter {
         let payload = UnsafeRawBufferPointer(rebasing: packet[ip.headerLength..<ip.totalLength])
         if ip.isFragment {
             // The transport header is read after reassembly, not from one fragment.
-            text += " \(IPProtocol.name(ip.protocol)) frag id=\(ip.identification) off=\(ip.fragmentOffset)"
+            text += " \(ip.protocol.description) frag id=\(ip.identification) off=\(ip.fragmentOffset)"
                 + (ip.moreFragments ? "+" : "") + " len=\(payload.count)"
             return Line(text: text)
         }
@@ -56,7 +56,7 @@ public enum IPPacketPrinter {
                 text += " len=\(payload.count - 8)"
                 if InternetChecksum.finish(InternetChecksum.sum(payload)) != 0 { text += " bad-cksum" }
             default:
-                text += " \(IPProtocol.name(ip.protocol)) len=\(payload.count)"
+                text += " \(ip.protocol.description) len=\(payload.count)"
             }
         } catch {
             return Line(text: text + " malformed: \(error)", problem: error)

@@ -1,17 +1,23 @@
-/// IP protocol numbers this stack names.
-public enum IPProtocol {
-    public static let icmp: UInt8 = 1
-    public static let tcp: UInt8 = 6
-    public static let udp: UInt8 = 17
-    public static let gre: UInt8 = 47
+/// An IP protocol number (RFC 791 §3.1, IANA "Assigned Internet Protocol Numbers"): the ones
+/// this stack names, and any other kept as it came (answered with ICMP Protocol Unreachable).
+public struct IPProtocol: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: UInt8
+    public init(rawValue: UInt8) { self.rawValue = rawValue }
+    public init(_ rawValue: UInt8) { self.rawValue = rawValue }
 
-    public static func name(_ p: UInt8) -> String {
-        switch p {
-        case icmp: return "ICMP"
-        case tcp: return "TCP"
-        case udp: return "UDP"
-        case gre: return "GRE"
-        default: return "proto=\(p)"
+    public static let icmp = IPProtocol(1)
+    public static let tcp = IPProtocol(6)
+    public static let udp = IPProtocol(17)
+    public static let gre = IPProtocol(47)
+
+    /// The protocol's name, or `proto=N`.
+    public var description: String {
+        switch self {
+        case .icmp: return "ICMP"
+        case .tcp: return "TCP"
+        case .udp: return "UDP"
+        case .gre: return "GRE"
+        default: return "proto=\(rawValue)"
         }
     }
 }
@@ -40,7 +46,7 @@ public struct IPv4Header: Sendable, Equatable {
     /// In bytes (the field counts 8-byte units).
     public var fragmentOffset = 0
     public var timeToLive: UInt8 = 64
-    public var `protocol`: UInt8
+    public var `protocol`: IPProtocol
     /// As received; `emit` computes a fresh one.
     public var checksum: UInt16 = 0
     public var source: IPv4Address
@@ -52,7 +58,7 @@ public struct IPv4Header: Sendable, Equatable {
     public var totalLength: Int { headerLength + payloadLength }
     public var isFragment: Bool { moreFragments || fragmentOffset != 0 }
 
-    public init(protocol proto: UInt8, source: IPv4Address, destination: IPv4Address, payloadLength: Int) {
+    public init(protocol proto: IPProtocol, source: IPv4Address, destination: IPv4Address, payloadLength: Int) {
         self.protocol = proto
         self.source = source
         self.destination = destination
@@ -79,7 +85,7 @@ public struct IPv4Header: Sendable, Equatable {
         moreFragments = flagsFragment & 0x2000 != 0
         fragmentOffset = Int(flagsFragment & 0x1FFF) * 8
         timeToLive = bytes[8]
-        self.protocol = bytes[9]
+        self.protocol = IPProtocol(bytes[9])
         checksum = BigEndian.uint16(bytes, 10)
         source = IPv4Address(bytes[12], bytes[13], bytes[14], bytes[15])
         destination = IPv4Address(bytes[16], bytes[17], bytes[18], bytes[19])
@@ -116,7 +122,7 @@ public struct IPv4Header: Sendable, Equatable {
         let offsetUnits = UInt16(min(max(fragmentOffset, 0) / 8, 0x1FFF))
         BigEndian.append((dontFragment ? 0x4000 : 0) | (moreFragments ? 0x2000 : 0) | offsetUnits, to: &b)
         b.append(timeToLive)
-        b.append(self.protocol)
+        b.append(self.protocol.rawValue)
         b.append(0)
         b.append(0)
         BigEndian.append(source.value, to: &b)

@@ -65,8 +65,8 @@ public enum InternetChecksum {
     public static func checksum<C: Collection>(_ bytes: C) -> UInt16 where C.Element == UInt8 { finish(sum(bytes)) }
 
     /// The pseudo-header sum for TCP and UDP (RFC 9293 §3.1, RFC 768).
-    public static func pseudoHeaderSum(source: IPv4Address, destination: IPv4Address, protocol proto: UInt8, length: Int) -> UInt64 {
+    public static func pseudoHeaderSum(source: IPv4Address, destination: IPv4Address, protocol proto: IPProtocol, length: Int) -> UInt64 {
         UInt64(source.value >> 16) + UInt64(source.value & 0xFFFF) + UInt64(destination.value >> 16)
-            + UInt64(destination.value & 0xFFFF) + UInt64(proto) + UInt64(length)
+            + UInt64(destination.value & 0xFFFF) + UInt64(proto.rawValue) + UInt64(length)
     }
 }

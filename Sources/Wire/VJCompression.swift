@@ -121,7 +121,7 @@ public struct VJCompressor: Sendable {
     /// uncompressed one changes only the protocol byte, so nothing is allocated or copied
     /// beyond the header; the slot's saved header is overwritten in its own storage.
     public mutating func compress(_ packet: inout [UInt8]) -> (protocol: UInt16, start: Int) {
-        guard let layout = HeaderLayout(packet), packet[9] == IPProtocol.tcp,
+        guard let layout = HeaderLayout(packet), packet[9] == IPProtocol.tcp.rawValue,
               BigEndian.uint16(packet, 6) & 0x3FFF == 0 else {
             plain += 1
             return (0x0021, 0)
@@ -301,7 +301,7 @@ public struct VJDecompressor: Sendable {
         }
         var packet = Array(bytes[0..<Int(BigEndian.uint16(bytes, 2))])
         let slot = Int(packet[9])
-        packet[9] = IPProtocol.tcp
+        packet[9] = IPProtocol.tcp.rawValue
         setIPChecksum(&packet, ipLength: layout.ipLength)
         slots[slot] = Array(packet[0..<layout.total])
         lastSlot = slot

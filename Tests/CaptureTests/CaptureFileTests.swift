@@ -231,7 +231,7 @@ func fileMode(_ path: String) -> mode_t {
         let maskedUC = try #require(resultUC)
         #expect(maskedUC[9] == 3 && !contains(maskedUC, Array("hunter".utf8)))
         var restored = maskedUC
-        restored[9] = IPProtocol.tcp
+        restored[9] = IPProtocol.tcp.rawValue
         #expect(SecretMaskingTests.tcpChecksumVerifies(restored))
         // §3.2.3: a compressed frame of that slot (C set), its checksum, no deltas, the data.
         let checksum = Array(packet[(20 + 16)..<(20 + 18)])

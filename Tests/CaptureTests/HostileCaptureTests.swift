@@ -97,13 +97,13 @@ enum CraftedCapture {
         return out + BigEndian.bytes(etherType) + payload
     }
 
-    static func ipv4(_ proto: UInt8, _ payload: [UInt8]) -> [UInt8] {
+    static func ipv4(_ proto: IPProtocol, _ payload: [UInt8]) -> [UInt8] {
         IPv4Header(protocol: proto, source: IPv4Address(10, 0, 0, 1), destination: IPv4Address(10, 0, 0, 2), payloadLength: payload.count).emit() + payload
     }
 
     /// An IPv6 header whose chain starts with `extensions` (next header, then their bytes).
-    static func ipv6(_ firstNext: UInt8, _ payload: [UInt8]) -> [UInt8] {
-        [0x60, 0, 0, 0] + BigEndian.bytes(UInt16(payload.count)) + [firstNext, 64] + [UInt8](repeating: 0x20, count: 32) + payload
+    static func ipv6(_ firstNext: IPProtocol, _ payload: [UInt8]) -> [UInt8] {
+        [0x60, 0, 0, 0] + BigEndian.bytes(UInt16(payload.count)) + [firstNext.rawValue, 64] + [UInt8](repeating: 0x20, count: 32) + payload
     }
 
     /// Enhanced GRE (RFC 2637 §4.1) with key (payload length, call id) and a sequence number.
@@ -124,7 +124,7 @@ enum CraftedCapture {
         let hopByHop: [UInt8] = [60, 0, 1, 4, 0, 0, 0, 0]
         let destination: [UInt8] = [4, 1] + [UInt8](repeating: 1, count: 14)
         let inner = TunnelledPPPTests.ipv4(IPProtocol.gre, TunnelledPPPTests.pptpGRE(TunnelledPPPTests.lcp))
-        let record = TunnelledPPPTests.ethernet([0x88A8, 0x8100], etherType: 0x86DD, TunnelledPPPTests.ipv6(0, hopByHop + destination + inner))
+        let record = TunnelledPPPTests.ethernet([0x88A8, 0x8100], etherType: 0x86DD, TunnelledPPPTests.ipv6(IPProtocol(0), hopByHop + destination + inner))
         let c = frames(record)
         #expect(c.frames.count == 1)
         #expect(c.frames.first?.frame.protocol == ProtocolNumber.lcp)
@@ -138,11 +138,11 @@ enum CraftedCapture {
             ("0x9100 tag", TunnelledPPPTests.ethernet([0x9100], etherType: 0x0800, TunnelledPPPTests.ipv4(IPProtocol.gre, gre))),
             ("PPPoE under a tag", TunnelledPPPTests.ethernet([0x8100], etherType: 0x8864,
                                                              [0x11, 0x00, 0x00, 0x11, 0x00, UInt8(TunnelledPPPTests.lcp.count - 2)] + Array(TunnelledPPPTests.lcp.dropFirst(2)))),
-            ("IPv4 in IPv4", TunnelledPPPTests.ethernet([], etherType: 0x0800, TunnelledPPPTests.ipv4(4, TunnelledPPPTests.ipv4(IPProtocol.gre, gre)))),
-            ("IPv6 in IPv4", TunnelledPPPTests.ethernet([], etherType: 0x0800, TunnelledPPPTests.ipv4(41, TunnelledPPPTests.ipv6(IPProtocol.gre, gre)))),
-            ("IPv4 in IPv6", TunnelledPPPTests.ethernet([], etherType: 0x86DD, TunnelledPPPTests.ipv6(4, TunnelledPPPTests.ipv4(IPProtocol.gre, gre)))),
+            ("IPv4 in IPv4", TunnelledPPPTests.ethernet([], etherType: 0x0800, TunnelledPPPTests.ipv4(IPProtocol(4), TunnelledPPPTests.ipv4(IPProtocol.gre, gre)))),
+            ("IPv6 in IPv4", TunnelledPPPTests.ethernet([], etherType: 0x0800, TunnelledPPPTests.ipv4(IPProtocol(41), TunnelledPPPTests.ipv6(IPProtocol.gre, gre)))),
+            ("IPv4 in IPv6", TunnelledPPPTests.ethernet([], etherType: 0x86DD, TunnelledPPPTests.ipv6(IPProtocol(4), TunnelledPPPTests.ipv4(IPProtocol.gre, gre)))),
             ("L2TP over IPv6", TunnelledPPPTests.ethernet([], etherType: 0x86DD, TunnelledPPPTests.ipv6(IPProtocol.udp, TunnelledPPPTests.l2tpUDP(TunnelledPPPTests.lcp)))),
-            ("atomic IPv6 fragment", TunnelledPPPTests.ethernet([], etherType: 0x86DD, TunnelledPPPTests.ipv6(44, [IPProtocol.gre, 0, 0, 0, 0, 0, 0, 7] + gre))),
+            ("atomic IPv6 fragment", TunnelledPPPTests.ethernet([], etherType: 0x86DD, TunnelledPPPTests.ipv6(IPProtocol(44), [IPProtocol.gre.rawValue, 0, 0, 0, 0, 0, 0, 7] + gre))),
         ]
         for (name, record) in cases {
             let c = frames(record)
@@ -154,18 +154,18 @@ enum CraftedCapture {
         let gre = TunnelledPPPTests.pptpGRE(TunnelledPPPTests.lcp)
         // Fifty IPv4-in-IPv4 layers: the walk stops at its depth, finds nothing and does not recurse on.
         var deep = TunnelledPPPTests.ipv4(IPProtocol.gre, gre)
-        for _ in 0..<50 { deep = TunnelledPPPTests.ipv4(4, deep) }
+        for _ in 0..<50 { deep = TunnelledPPPTests.ipv4(IPProtocol(4), deep) }
         #expect(frames(TunnelledPPPTests.ethernet([], etherType: 0x0800, deep)).frames.isEmpty)
         // Within the bound it is found.
         var shallow = TunnelledPPPTests.ipv4(IPProtocol.gre, gre)
-        for _ in 0..<3 { shallow = TunnelledPPPTests.ipv4(4, shallow) }
+        for _ in 0..<3 { shallow = TunnelledPPPTests.ipv4(IPProtocol(4), shallow) }
         #expect(frames(TunnelledPPPTests.ethernet([], etherType: 0x0800, shallow)).frames.count == 1)
         // An extension header whose length runs past the packet, a chain of 200 of them, a
         // fragment that is not the whole packet, a payload length beyond the record, a record
         // cut inside its tags: nothing found, nothing read past the end.
-        let overrun = TunnelledPPPTests.ipv6(0, [IPProtocol.gre, 200, 0, 0, 0, 0, 0, 0] + gre)
-        let chain = TunnelledPPPTests.ipv6(60, (0..<200).flatMap { _ in [60, 0, 0, 0, 0, 0, 0, 0] as [UInt8] } + gre)
-        let fragment = TunnelledPPPTests.ipv6(44, [IPProtocol.gre, 0, 0, 1, 0, 0, 0, 7] + gre)
+        let overrun = TunnelledPPPTests.ipv6(IPProtocol(0), [IPProtocol.gre.rawValue, 200, 0, 0, 0, 0, 0, 0] + gre)
+        let chain = TunnelledPPPTests.ipv6(IPProtocol(60), (0..<200).flatMap { _ in [60, 0, 0, 0, 0, 0, 0, 0] as [UInt8] } + gre)
+        let fragment = TunnelledPPPTests.ipv6(IPProtocol(44), [IPProtocol.gre.rawValue, 0, 0, 1, 0, 0, 0, 7] + gre)
         var lying = TunnelledPPPTests.ipv6(IPProtocol.gre, gre)
         lying[4] = 0xFF
         for (name, record) in [("overrun", TunnelledPPPTests.ethernet([], etherType: 0x86DD, overrun)),

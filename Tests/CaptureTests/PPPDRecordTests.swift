@@ -145,7 +145,7 @@ import TestSupport
         #expect(try t.control(17).1.identifier == 3 && t.ipcpOptions(17) == [.ipAddress(IPv4Address(10, 0, 2, 2))])
         #expect(try t.control(18).1.code == ControlCode.configureAck)
         #expect(t.frames.allSatisfy { $0.frame.protocol != ProtocolNumber.vjCompressedTCP && $0.frame.protocol != ProtocolNumber.vjUncompressedTCP })
-        let tcp = t.frames.filter { $0.frame.protocol == ProtocolNumber.ipv4 && $0.frame.information[9] == IPProtocol.tcp }
+        let tcp = t.frames.filter { $0.frame.protocol == ProtocolNumber.ipv4 && $0.frame.information[9] == IPProtocol.tcp.rawValue }
         #expect(tcp.filter { $0.direction == .sent }.count == 28)
         #expect(tcp.filter { $0.direction == .received }.count == 27)
         let sentBytes = try PPPDRecordTests.rawStream(name, .sent)

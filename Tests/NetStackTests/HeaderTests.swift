@@ -64,7 +64,7 @@ import Testing
     }
 
     @Test func ipv4RejectsWhatIsNotIPv4() {
-        let good = IPv4Header(protocol: 6, source: a, destination: b, payloadLength: 0).emit()
+        let good = IPv4Header(protocol: .tcp, source: a, destination: b, payloadLength: 0).emit()
         var v6 = good
         v6[0] = 0x60
         var shortIHL = good

@@ -5,7 +5,7 @@ import Testing
 /// swelled the host, or a rule of RFC 791/815 the reassembly must keep.
 @Suite struct HostileFragmentTests {
     func header(id: UInt16 = 9, from source: IPv4Address = Peer.them, offset: Int, more: Bool, length: Int,
-                proto: UInt8 = IPProtocol.udp, options: [UInt8] = []) -> IPv4Header {
+                proto: IPProtocol = IPProtocol.udp, options: [UInt8] = []) -> IPv4Header {
         var h = IPv4Header(protocol: proto, source: source, destination: Peer.us, payloadLength: length)
         h.identification = id
         h.fragmentOffset = offset

@@ -6,7 +6,7 @@ enum Peer {
     static let us = IPv4Address(10, 1, 0, 1)
     static let them = IPv4Address(10, 1, 0, 2)
 
-    static func ip(_ proto: UInt8, _ payload: [UInt8], from: IPv4Address = them, to: IPv4Address = us, id: UInt16 = 7,
+    static func ip(_ proto: IPProtocol, _ payload: [UInt8], from: IPv4Address = them, to: IPv4Address = us, id: UInt16 = 7,
                    offset: Int = 0, more: Bool = false) -> [UInt8] {
         var h = IPv4Header(protocol: proto, source: from, destination: to, payloadLength: payload.count)
         h.identification = id
@@ -65,7 +65,7 @@ enum Peer {
 
     @Test func unknownProtocolAndClosedUDPPortGetUnreachables() throws {
         var s = stack()
-        s.receive(packet: Peer.ip(47, bytes(20)), now: .zero)
+        s.receive(packet: Peer.ip(.gre, bytes(20)), now: .zero)
         s.receive(packet: Peer.udp(to: 9999, bytes(10)), now: .zero)
         let out = s.takeOutgoing()
         #expect(out.count == 2)
