@@ -52,6 +52,14 @@ public struct ConfigurationOption: Sendable, Equatable {
         self.value = value
     }
 
+    /// An option of a protocol's kind (`LCPOption.Kind`, `IPCPOption.Kind`).
+    public init<Kind: RawRepresentable>(kind: Kind, value: [UInt8] = []) where Kind.RawValue == UInt8 {
+        self.init(type: kind.rawValue, value: value)
+    }
+
+    /// Whether the option is of `kind`.
+    public func isKind<Kind: RawRepresentable>(_ kind: Kind) -> Bool where Kind.RawValue == UInt8 { type == kind.rawValue }
+
     /// Reads a whole option list. A length below 2 or past the end makes the list invalid.
     public static func parseList(_ bytes: [UInt8]) throws(WireError) -> [ConfigurationOption] {
         var options: [ConfigurationOption] = []

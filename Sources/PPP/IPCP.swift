@@ -204,7 +204,7 @@ public struct IPCPPolicy: NegotiationPolicy {
                     peerAddress = a
                 }
             case let .primaryDNS(a), let .secondaryDNS(a):
-                let index = raw.type == IPCPOption.Kind.primaryDNS ? 0 : 1
+                let index = raw.isKind(IPCPOption.Kind.primaryDNS) ? 0 : 1
                 let servers = offeredDNS(local: local)
                 guard index < servers.count else {
                     rejects.append(raw)

@@ -14,20 +14,25 @@ public enum IPCPOption: Sendable, Equatable {
     case secondaryNBNS(IPv4Address)
     case other(ConfigurationOption)
 
-    public enum Kind {
-        public static let ipAddresses: UInt8 = 1
-        public static let compression: UInt8 = 2
-        public static let ipAddress: UInt8 = 3
-        public static let primaryDNS: UInt8 = 129
-        public static let primaryNBNS: UInt8 = 130
-        public static let secondaryDNS: UInt8 = 131
-        public static let secondaryNBNS: UInt8 = 132
+    /// An IPCP option's type (RFC 1332 §3, RFC 1877 §1). Any other type is kept as it came.
+    public struct Kind: RawRepresentable, Hashable, Sendable {
+        public let rawValue: UInt8
+        public init(rawValue: UInt8) { self.rawValue = rawValue }
+        public init(_ rawValue: UInt8) { self.rawValue = rawValue }
+
+        public static let ipAddresses = Kind(1)
+        public static let compression = Kind(2)
+        public static let ipAddress = Kind(3)
+        public static let primaryDNS = Kind(129)
+        public static let primaryNBNS = Kind(130)
+        public static let secondaryDNS = Kind(131)
+        public static let secondaryNBNS = Kind(132)
     }
 
     public init(_ o: ConfigurationOption) {
         let v = o.value
         func address(_ at: Int) -> IPv4Address { IPv4Address(v[at], v[at + 1], v[at + 2], v[at + 3]) }
-        switch (o.type, v.count) {
+        switch (Kind(o.type), v.count) {
         case (Kind.ipAddresses, 8): self = .ipAddresses(address(0), address(4))
         case (Kind.compression, 2...): self = .compression(protocol: ProtocolNumber(BigEndian.uint16(v, 0)), data: Array(v[2...]))
         case (Kind.ipAddress, 4): self = .ipAddress(address(0))
@@ -41,13 +46,13 @@ public enum IPCPOption: Sendable, Equatable {
 
     public var option: ConfigurationOption {
         switch self {
-        case let .ipAddresses(a, b): return ConfigurationOption(type: Kind.ipAddresses, value: a.bytes + b.bytes)
-        case let .compression(p, data): return ConfigurationOption(type: Kind.compression, value: BigEndian.bytes(p.rawValue) + data)
-        case let .ipAddress(a): return ConfigurationOption(type: Kind.ipAddress, value: a.bytes)
-        case let .primaryDNS(a): return ConfigurationOption(type: Kind.primaryDNS, value: a.bytes)
-        case let .primaryNBNS(a): return ConfigurationOption(type: Kind.primaryNBNS, value: a.bytes)
-        case let .secondaryDNS(a): return ConfigurationOption(type: Kind.secondaryDNS, value: a.bytes)
-        case let .secondaryNBNS(a): return ConfigurationOption(type: Kind.secondaryNBNS, value: a.bytes)
+        case let .ipAddresses(a, b): return ConfigurationOption(kind: Kind.ipAddresses, value: a.bytes + b.bytes)
+        case let .compression(p, data): return ConfigurationOption(kind: Kind.compression, value: BigEndian.bytes(p.rawValue) + data)
+        case let .ipAddress(a): return ConfigurationOption(kind: Kind.ipAddress, value: a.bytes)
+        case let .primaryDNS(a): return ConfigurationOption(kind: Kind.primaryDNS, value: a.bytes)
+        case let .primaryNBNS(a): return ConfigurationOption(kind: Kind.primaryNBNS, value: a.bytes)
+        case let .secondaryDNS(a): return ConfigurationOption(kind: Kind.secondaryDNS, value: a.bytes)
+        case let .secondaryNBNS(a): return ConfigurationOption(kind: Kind.secondaryNBNS, value: a.bytes)
         case let .other(o): return o
         }
     }

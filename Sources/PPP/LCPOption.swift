@@ -22,18 +22,23 @@ public enum LCPOption: Sendable, Equatable {
     case endpointDiscriminator(class: UInt8, address: [UInt8])
     case other(ConfigurationOption)
 
-    public enum Kind {
-        public static let mru: UInt8 = 1
-        public static let accm: UInt8 = 2
-        public static let authenticationProtocol: UInt8 = 3
-        public static let qualityProtocol: UInt8 = 4
-        public static let magicNumber: UInt8 = 5
-        public static let pfc: UInt8 = 7
-        public static let acfc: UInt8 = 8
-        public static let fcsAlternatives: UInt8 = 9
-        public static let callback: UInt8 = 13
-        public static let mrru: UInt8 = 17
-        public static let endpointDiscriminator: UInt8 = 19
+    /// An LCP option's type (RFC 1661 §6, RFC 1570, RFC 1990). Any other type is kept as it came.
+    public struct Kind: RawRepresentable, Hashable, Sendable {
+        public let rawValue: UInt8
+        public init(rawValue: UInt8) { self.rawValue = rawValue }
+        public init(_ rawValue: UInt8) { self.rawValue = rawValue }
+
+        public static let mru = Kind(1)
+        public static let accm = Kind(2)
+        public static let authenticationProtocol = Kind(3)
+        public static let qualityProtocol = Kind(4)
+        public static let magicNumber = Kind(5)
+        public static let pfc = Kind(7)
+        public static let acfc = Kind(8)
+        public static let fcsAlternatives = Kind(9)
+        public static let callback = Kind(13)
+        public static let mrru = Kind(17)
+        public static let endpointDiscriminator = Kind(19)
     }
 
     /// Interprets one option. A known type with the wrong length stays `.other`: the
@@ -42,7 +47,7 @@ public enum LCPOption: Sendable, Equatable {
         let v = o.value
         func u16() -> UInt16 { BigEndian.uint16(v, 0) }
         func u32() -> UInt32 { BigEndian.uint32(v, 0) }
-        switch (o.type, v.count) {
+        switch (Kind(o.type), v.count) {
         case (Kind.mru, 2): self = .maximumReceiveUnit(u16())
         case (Kind.accm, 4): self = .asyncControlCharacterMap(u32())
         case (Kind.authenticationProtocol, 2...): self = .authenticationProtocol(ProtocolNumber(u16()), data: Array(v[2...]))
@@ -60,17 +65,17 @@ public enum LCPOption: Sendable, Equatable {
 
     public var option: ConfigurationOption {
         switch self {
-        case let .maximumReceiveUnit(m): return ConfigurationOption(type: Kind.mru, value: BigEndian.bytes(m))
-        case let .asyncControlCharacterMap(a): return ConfigurationOption(type: Kind.accm, value: BigEndian.bytes(a))
-        case let .authenticationProtocol(p, data): return ConfigurationOption(type: Kind.authenticationProtocol, value: BigEndian.bytes(p.rawValue) + data)
-        case let .qualityProtocol(p, data): return ConfigurationOption(type: Kind.qualityProtocol, value: BigEndian.bytes(p.rawValue) + data)
-        case let .magicNumber(m): return ConfigurationOption(type: Kind.magicNumber, value: BigEndian.bytes(m))
-        case .protocolFieldCompression: return ConfigurationOption(type: Kind.pfc)
-        case .addressControlFieldCompression: return ConfigurationOption(type: Kind.acfc)
-        case let .fcsAlternatives(bits): return ConfigurationOption(type: Kind.fcsAlternatives, value: [bits])
-        case let .callback(op, message): return ConfigurationOption(type: Kind.callback, value: [op] + message)
-        case let .multilinkMRRU(m): return ConfigurationOption(type: Kind.mrru, value: BigEndian.bytes(m))
-        case let .endpointDiscriminator(c, address): return ConfigurationOption(type: Kind.endpointDiscriminator, value: [c] + address)
+        case let .maximumReceiveUnit(m): return ConfigurationOption(kind: Kind.mru, value: BigEndian.bytes(m))
+        case let .asyncControlCharacterMap(a): return ConfigurationOption(kind: Kind.accm, value: BigEndian.bytes(a))
+        case let .authenticationProtocol(p, data): return ConfigurationOption(kind: Kind.authenticationProtocol, value: BigEndian.bytes(p.rawValue) + data)
+        case let .qualityProtocol(p, data): return ConfigurationOption(kind: Kind.qualityProtocol, value: BigEndian.bytes(p.rawValue) + data)
+        case let .magicNumber(m): return ConfigurationOption(kind: Kind.magicNumber, value: BigEndian.bytes(m))
+        case .protocolFieldCompression: return ConfigurationOption(kind: Kind.pfc)
+        case .addressControlFieldCompression: return ConfigurationOption(kind: Kind.acfc)
+        case let .fcsAlternatives(bits): return ConfigurationOption(kind: Kind.fcsAlternatives, value: [bits])
+        case let .callback(op, message): return ConfigurationOption(kind: Kind.callback, value: [op] + message)
+        case let .multilinkMRRU(m): return ConfigurationOption(kind: Kind.mrru, value: BigEndian.bytes(m))
+        case let .endpointDiscriminator(c, address): return ConfigurationOption(kind: Kind.endpointDiscriminator, value: [c] + address)
         case let .other(o): return o
         }
     }

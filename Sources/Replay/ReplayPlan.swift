@@ -102,7 +102,7 @@ public struct ReplayPlan: Sendable {
             switch (f.frame.protocol, p.code) {
             case (ProtocolNumber.lcp, ControlCode.configureRequest):
                 if firstLCPRequest == nil { firstLCPRequest = f.side }
-                if options(p).contains(where: { $0.type == LCPOption.Kind.authenticationProtocol }) {
+                if options(p).contains(where: { $0.isKind(LCPOption.Kind.authenticationProtocol) }) {
                     evidence[other(f.side), default: []].insert("authenticated by the other")
                 }
             case (ProtocolNumber.ipcp, ControlCode.configureRequest):
