@@ -59,7 +59,7 @@ public enum RecordedState: Sendable, Equatable, CustomStringConvertible {
         var termRequestBy: Bool?
         var terminated = false
         var connections: [RecordedConnection] = []
-        var isn: [Int: (ours: UInt32?, peer: UInt32?)] = [:]
+        var isn: [Int: (ours: SequenceNumber?, peer: SequenceNumber?)] = [:]
         func add(_ s: RecordedState) { if !states.contains(s) { states.append(s) } }
         // The last PAP frame each side sent (0: ours, 1: the peer's): what an Ack answers.
         var lastPAP: [RecordedFrame?] = [nil, nil]
@@ -152,7 +152,7 @@ public enum RecordedState: Sendable, Equatable, CustomStringConvertible {
             // Bytes carried: the end of the furthest segment with data (a FIN's sequence
             // number, and every ACK after it, are one past the last byte).
             if !s.payload.isEmpty, let first = fromUs ? start.ours : start.peer {
-                let end = Int(s.header.sequenceNumber &- first &- 1) + s.payload.count
+                let end = s.header.sequenceNumber.offset(from: first + 1) + s.payload.count
                 if end <= 1 << 30 {
                     if fromUs { c.bytesToPeer = max(c.bytesToPeer, end) } else { c.bytesFromPeer = max(c.bytesFromPeer, end) }
                 }

@@ -92,9 +92,9 @@ final class ReplayEngine {
     }
     struct Flow {
         var id: ConnectionID?
-        var recordedOurISN: UInt32?
-        var recordedPeerISN: UInt32?
-        var ourISN: UInt32?
+        var recordedOurISN: SequenceNumber?
+        var recordedPeerISN: SequenceNumber?
+        var ourISN: SequenceNumber?
         /// Sequence space we have sent, counted from our ISN (SYN and FIN included).
         var sentEnd = 0
         var lastTimestamp: UInt32?
@@ -464,7 +464,7 @@ final class ReplayEngine {
         guard var flow = flows[key] else { return }
         if s.flags.contains(.syn) { flow.ourISN = s.header.sequenceNumber }
         if let isn = flow.ourISN {
-            let end = Int(s.header.sequenceNumber &- isn) + s.sequenceLength
+            let end = s.header.sequenceNumber.offset(from: isn) + s.sequenceLength
             if end < 1 << 30 { flow.sentEnd = max(flow.sentEnd, end) }
         }
         if let ts = s.timestampValue { flow.lastTimestamp = ts }
@@ -742,14 +742,14 @@ final class ReplayEngine {
                 if admitsFlow(k, frame: f.number) { flows[k, default: Flow()].recordedPeerISN = s.header.sequenceNumber }
             }
             if !s.payload.isEmpty, let isn = flows[k]?.recordedPeerISN {
-                let end = Int(s.header.sequenceNumber &- isn &- 1) + s.payload.count
+                let end = s.header.sequenceNumber.offset(from: isn + 1) + s.payload.count
                 let seen = flows[k]?.recordedPeerBytes ?? 0
                 if end < 1 << 30 { flows[k]?.recordedPeerBytes = max(seen, end) }
             }
         }
         var acknowledged: Int?
         if let s = tcp, let k = key, s.flags.contains(.ack), let isn = flows[k]?.recordedOurISN {
-            let offset = Int(s.header.acknowledgmentNumber &- isn)
+            let offset = s.header.acknowledgmentNumber.offset(from: isn)
             if offset < 1 << 30 { acknowledged = offset }
         }
         let left = wait(until: deadline) {
@@ -781,12 +781,12 @@ final class ReplayEngine {
             // Our sequence numbers, not the recorded side's (RFC 9293 §3.4): the offsets the
             // peer acknowledged, from our ISN; SACK edges likewise; the timestamp echo is ours.
             if s.flags.contains(.ack), let ours = flow.ourISN, let theirs = flow.recordedOurISN {
-                let offset = min(Int(s.header.acknowledgmentNumber &- theirs), flow.sentEnd)
-                s.header.acknowledgmentNumber = ours &+ UInt32(truncatingIfNeeded: max(offset, 0))
+                let offset = min(s.header.acknowledgmentNumber.offset(from: theirs), flow.sentEnd)
+                s.header.acknowledgmentNumber = ours + max(offset, 0)
                 s.header.options = s.header.options.map { o in
                     switch o {
                     case let .sack(blocks):
-                        return .sack(blocks.map { (ours &+ ($0.0 &- theirs), ours &+ ($0.1 &- theirs)) })
+                        return .sack(blocks.map { (ours + $0.0.offset(from: theirs), ours + $0.1.offset(from: theirs)) })
                     case let .timestamps(value, _):
                         return .timestamps(value: value, echoReply: flow.lastTimestamp ?? 0)
                     default: return o
@@ -865,7 +865,7 @@ final class ReplayEngine {
             if s.payload.isEmpty && !s.flags.contains(.fin) { return }
         }
         guard let isn = flows[key]?.recordedOurISN else { return }
-        let start = Int(s.header.sequenceNumber &- isn &- 1)
+        let start = s.header.sequenceNumber.offset(from: isn + 1)
         guard start < 1 << 30 else { return }
         let end = start + s.payload.count
         let needsData = end > (flows[key]?.scheduled ?? 0)

@@ -4,7 +4,7 @@ public enum TCPOption: Sendable, Equatable {
     case maximumSegmentSize(UInt16)
     case windowScale(UInt8)
     case sackPermitted
-    case sack([(UInt32, UInt32)])
+    case sack([(SequenceNumber, SequenceNumber)])
     case timestamps(value: UInt32, echoReply: UInt32)
     case other(kind: UInt8, data: [UInt8])
 
@@ -65,8 +65,8 @@ public enum TCPOption: Sendable, Equatable {
             b.append(5)
             b.append(UInt8(clamping: 2 + 8 * blocks.count))
             for (left, right) in blocks {
-                BigEndian.append(left, to: &b)
-                BigEndian.append(right, to: &b)
+                BigEndian.append(left.rawValue, to: &b)
+                BigEndian.append(right.rawValue, to: &b)
             }
         case let .timestamps(v, e):
             b.append(8)
@@ -86,7 +86,7 @@ public enum TCPOption: Sendable, Equatable {
         case let .maximumSegmentSize(m): return [2, 4] + BigEndian.bytes(m)
         case let .windowScale(s): return [3, 3, s]
         case .sackPermitted: return [4, 2]
-        case let .sack(blocks): return [5, UInt8(clamping: 2 + 8 * blocks.count)] + blocks.flatMap { BigEndian.bytes($0.0) + BigEndian.bytes($0.1) }
+        case let .sack(blocks): return [5, UInt8(clamping: 2 + 8 * blocks.count)] + blocks.flatMap { BigEndian.bytes($0.0.rawValue) + BigEndian.bytes($0.1.rawValue) }
         case let .timestamps(v, e): return [8, 10] + BigEndian.bytes(v) + BigEndian.bytes(e)
         case let .other(kind, data): return [kind, UInt8(clamping: 2 + data.count)] + data.prefix(253)
         }
@@ -97,8 +97,8 @@ public enum TCPOption: Sendable, Equatable {
 public struct TCPHeader: Sendable, Equatable {
     public var sourcePort: UInt16
     public var destinationPort: UInt16
-    public var sequenceNumber: UInt32
-    public var acknowledgmentNumber: UInt32 = 0
+    public var sequenceNumber: SequenceNumber
+    public var acknowledgmentNumber = SequenceNumber(0)
     public var flags: Flags
     public var window: UInt16
     /// As received; `emit` computes a fresh one.
@@ -131,7 +131,7 @@ public struct TCPHeader: Sendable, Equatable {
         }
     }
 
-    public init(sourcePort: UInt16, destinationPort: UInt16, sequenceNumber: UInt32, flags: Flags, window: UInt16) {
+    public init(sourcePort: UInt16, destinationPort: UInt16, sequenceNumber: SequenceNumber, flags: Flags, window: UInt16) {
         self.sourcePort = sourcePort
         self.destinationPort = destinationPort
         self.sequenceNumber = sequenceNumber
@@ -143,8 +143,8 @@ public struct TCPHeader: Sendable, Equatable {
         guard b.count >= 20 else { throw .truncated(what: "TCP header", needed: 20, available: b.count) }
         sourcePort = BigEndian.uint16(b, 0)
         destinationPort = BigEndian.uint16(b, 2)
-        sequenceNumber = BigEndian.uint32(b, 4)
-        acknowledgmentNumber = BigEndian.uint32(b, 8)
+        sequenceNumber = SequenceNumber(BigEndian.uint32(b, 4))
+        acknowledgmentNumber = SequenceNumber(BigEndian.uint32(b, 8))
         let offset = Int(b[12] >> 4) * 4
         guard offset >= 20 else { throw .invalid("TCP data offset \(offset)") }
         guard offset <= b.count else { throw .truncated(what: "TCP header", needed: offset, available: b.count) }
@@ -171,7 +171,7 @@ public struct TCPHeader: Sendable, Equatable {
             case (3, 3): options.append(.windowScale(data[0]))
             case (4, 2): options.append(.sackPermitted)
             case (5, _) where (length - 2) % 8 == 0:
-                options.append(.sack(stride(from: i + 2, to: i + length, by: 8).map { (BigEndian.uint32(b, $0), BigEndian.uint32(b, $0 + 4)) }))
+                options.append(.sack(stride(from: i + 2, to: i + length, by: 8).map { (SequenceNumber(BigEndian.uint32(b, $0)), SequenceNumber(BigEndian.uint32(b, $0 + 4))) }))
             case (8, 10): options.append(.timestamps(value: BigEndian.uint32(b, i + 2), echoReply: BigEndian.uint32(b, i + 6)))
             default: options.append(.other(kind: kind, data: data))
             }
@@ -200,8 +200,8 @@ public struct TCPHeader: Sendable, Equatable {
         let start = b.count
         BigEndian.append(sourcePort, to: &b)
         BigEndian.append(destinationPort, to: &b)
-        BigEndian.append(sequenceNumber, to: &b)
-        BigEndian.append(acknowledgmentNumber, to: &b)
+        BigEndian.append(sequenceNumber.rawValue, to: &b)
+        BigEndian.append(acknowledgmentNumber.rawValue, to: &b)
         b.append(0)
         b.append(flags.rawValue)
         BigEndian.append(window, to: &b)

@@ -248,7 +248,7 @@ import TestSupport
                 if proto == 0x002F { #expect(check.uncompressed(bytes) == p) }
             }
             if let tcp, !payload.isEmpty {
-                streams["\(tcp.sourcePort)>\(tcp.destinationPort)", default: [:]][tcp.sequenceNumber] = payload
+                streams["\(tcp.sourcePort)>\(tcp.destinationPort)", default: [:]][tcp.sequenceNumber.rawValue] = payload
             }
         }
         #expect(compressedFrames == 65)

@@ -9,12 +9,12 @@ import Testing
         s.conn.close(now: s.now)
         let fin = s.take()
         #expect(fin.count == 1 && fin[0].header.flags.contains(.fin))
-        s.deliver([.ack], ack: s.iss &+ 2)
+        s.deliver([.ack], ack: s.iss + 2)
         #expect(s.conn.state == .finWait2)
         s.advance(to: .seconds(59))
         #expect(s.conn.state == .finWait2)
         // Acknowledgments alone do not hold it longer.
-        s.deliver([.ack], ack: s.iss &+ 2)
+        s.deliver([.ack], ack: s.iss + 2)
         s.advance(to: .seconds(60))
         #expect(s.conn.state == .closed)
         #expect(s.takeEvents().last == .closed(.finWait2Timeout))
@@ -26,10 +26,10 @@ import Testing
         var s = TCPScript()
         s.conn.shutdownWrite(now: s.now)
         _ = s.take()
-        s.deliver([.ack], ack: s.iss &+ 2)
+        s.deliver([.ack], ack: s.iss + 2)
         s.advance(to: .seconds(3600))
         #expect(s.conn.state == .finWait2)
-        s.deliver([.ack, .psh], ack: s.iss &+ 2, payload: bytes(10))
+        s.deliver([.ack, .psh], ack: s.iss + 2, payload: bytes(10))
         #expect(s.conn.readableBytes == 10)
     }
 }

@@ -180,7 +180,7 @@ enum Peer {
         s.receive(packet: Peer.tcp(syn), now: .zero)
         let synAck = Peer.tcpHeader(s.takeOutgoing()[0])
         var seg = TCPHeader(sourcePort: 4000, destinationPort: 80, sequenceNumber: 1001, flags: [.ack], window: 65535)
-        seg.acknowledgmentNumber = synAck.sequenceNumber &+ 1
+        seg.acknowledgmentNumber = synAck.sequenceNumber + 1
         s.receive(packet: Peer.tcp(seg), now: .zero)
         let accepted = s.accept(port: 80)
         return (s, try #require(accepted), seg)
@@ -207,7 +207,7 @@ enum Peer {
             // The peer acknowledges everything sent so far; the next segments go out in the
             // arrays handed back.
             var ack = TCPHeader(sourcePort: 4000, destinationPort: 80, sequenceNumber: 1001, flags: [.ack], window: 65535)
-            ack.acknowledgmentNumber = try #require(s.connection(id)).sendNext.rawValue
+            ack.acknowledgmentNumber = try #require(s.connection(id)).sendNext
             s.receive(packet: Peer.tcp(ack), now: .milliseconds(Int64(rounds)))
             let before = s.pooledPacketBuffers
             // With data in flight, the retransmission timer is armed.
@@ -235,7 +235,7 @@ enum Peer {
         let sendNext = try #require(s.connection(id)).sendNext
         #expect(try #require(s.connection(id)).pendingSegments.count == 3)
         var ack = TCPHeader(sourcePort: 4000, destinationPort: 80, sequenceNumber: 1001, flags: [.ack], window: 65535)
-        ack.acknowledgmentNumber = sendNext.rawValue
+        ack.acknowledgmentNumber = sendNext
         s.receive(packet: Peer.tcp(ack), now: .milliseconds(1))
         var packets: [[UInt8]] = []
         s.takeOutgoing(into: &packets)
@@ -250,7 +250,7 @@ enum Peer {
         // Five full segments in one batch, each read by the application as it comes.
         var read: [UInt8] = []
         for i in 0..<5 {
-            seg.sequenceNumber = 1001 &+ UInt32(i * 1460)
+            seg.sequenceNumber = SequenceNumber(1001) + i * 1460
             s.receive(packet: Peer.tcp(seg, bytes(1460, from: i * 1460)), now: .zero)
             _ = s.takeEvents()
             read += s.read(id, now: .zero)
@@ -258,14 +258,14 @@ enum Peer {
         #expect(read == bytes(5 * 1460))
         let acks = s.takeOutgoing().map(Peer.tcpHeader)
         #expect(acks.count == 1, "one ACK for the batch, not one per two segments and window updates")
-        let expectedAck: UInt32 = 1001 + 5 * 1460
+        let expectedAck = SequenceNumber(1001) + 5 * 1460
         #expect(acks.first?.acknowledgmentNumber == expectedAck)
         let reopened: UInt16 = 60000
         #expect(acks.first?.window == reopened, "the window the reads reopened")
         // Without it, the same batch is answered as it comes in.
         var (p, id2, seg2) = try acceptedConnection(acknowledgeAtCollection: false)
         for i in 0..<5 {
-            seg2.sequenceNumber = 1001 &+ UInt32(i * 1460)
+            seg2.sequenceNumber = SequenceNumber(1001) + i * 1460
             p.receive(packet: Peer.tcp(seg2, bytes(1460, from: i * 1460)), now: .zero)
             _ = p.takeEvents()
             _ = p.read(id2, now: .zero)
@@ -276,11 +276,11 @@ enum Peer {
         // ACK (three make the peer's fast retransmit, RFC 5681 §3.2), not one for the batch.
         let base = 1001 + 5 * 1460
         for i in [0, 2, 3, 4] {
-            seg.sequenceNumber = UInt32(base + i * 1460)
+            seg.sequenceNumber = SequenceNumber(UInt32(base + i * 1460))
             s.receive(packet: Peer.tcp(seg, bytes(1460)), now: .zero)
         }
         let duplicates = s.takeOutgoing().map(Peer.tcpHeader).map(\.acknowledgmentNumber)
-        let hole = UInt32(base + 1460)
+        let hole = SequenceNumber(UInt32(base + 1460))
         #expect(duplicates == [hole, hole, hole])
     }
 
@@ -292,12 +292,12 @@ enum Peer {
         s.receive(packet: Peer.tcp(syn), now: .zero)
         let synAck = Peer.tcpHeader(s.takeOutgoing()[0])
         var ack = TCPHeader(sourcePort: 4000, destinationPort: 80, sequenceNumber: 1001, flags: [.ack], window: 65535)
-        ack.acknowledgmentNumber = synAck.sequenceNumber &+ 1
+        ack.acknowledgmentNumber = synAck.sequenceNumber + 1
         s.receive(packet: Peer.tcp(ack), now: .zero)
         // Every other 1000-byte segment, far beyond the window too; the first byte never comes.
         var seg = ack
         for i in stride(from: 1, to: 4000, by: 2) {
-            seg.sequenceNumber = 1001 &+ UInt32(i * 1000)
+            seg.sequenceNumber = SequenceNumber(1001) + i * 1000
             s.receive(packet: Peer.tcp(seg, bytes(1000)), now: .zero)
         }
         let held = s.reassemblyBytes.outOfOrder

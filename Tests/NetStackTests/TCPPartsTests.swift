@@ -146,7 +146,7 @@ import Testing
     @Test func theScoreboardIsBounded() {
         var c = cc(sack: true)
         for i in 0..<200 {
-            let s = UInt32(i * 20 + 10)
+            let s = SequenceNumber(UInt32(i * 20 + 10))
             c.sacked([(s, s + 5)], unacknowledged: SequenceNumber(0), sendMax: SequenceNumber(100_000))
         }
         #expect(c.scoreboard.count <= 64)

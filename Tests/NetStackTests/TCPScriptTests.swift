@@ -17,24 +17,24 @@ struct TCPScript {
          synOptions: [TCPOption] = [.maximumSegmentSize(1460)], peerWindow: UInt16 = 65535, handshake: Bool = true) {
         self.peerISS = SequenceNumber(peerISS)
         peerNext = SequenceNumber(peerISS) + 1
-        var syn = TCPHeader(sourcePort: Self.remote.port, destinationPort: Self.local.port, sequenceNumber: peerISS, flags: [.syn], window: peerWindow)
+        var syn = TCPHeader(sourcePort: Self.remote.port, destinationPort: Self.local.port, sequenceNumber: SequenceNumber(peerISS), flags: [.syn], window: peerWindow)
         syn.options = synOptions
         conn = TCPConnection(local: Self.local, remote: Self.remote, initialSequence: SequenceNumber(iss), configuration: configuration, syn: syn, now: now)
         let synAck = take()
         precondition(synAck.count == 1 && synAck[0].header.flags == [.syn, .ack])
         if handshake {
-            deliver([.ack], ack: iss &+ 1, window: peerWindow)
+            deliver([.ack], ack: SequenceNumber(iss) + 1, window: peerWindow)
             precondition(conn.state == .established)
             _ = takeEvents()
         }
     }
 
-    var iss: UInt32 { conn.initialSendSequence.rawValue }
+    var iss: SequenceNumber { conn.initialSendSequence }
 
-    mutating func deliver(_ flags: TCPHeader.Flags, seq: UInt32? = nil, ack: UInt32 = 0, window: UInt16 = 65535,
+    mutating func deliver(_ flags: TCPHeader.Flags, seq: SequenceNumber? = nil, ack: SequenceNumber = 0, window: UInt16 = 65535,
                           payload: [UInt8] = [], options: [TCPOption] = []) {
         var h = TCPHeader(sourcePort: Self.remote.port, destinationPort: Self.local.port,
-                          sequenceNumber: seq ?? peerNext.rawValue, flags: flags, window: window)
+                          sequenceNumber: seq ?? peerNext, flags: flags, window: window)
         h.acknowledgmentNumber = ack
         h.options = options
         conn.receive(h, payload: payload, now: now)
@@ -186,15 +186,15 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
 @Suite struct TCPDataTests {
     @Test func delayedAckThenEverySecondSegment() {
         var s = TCPScript()
-        s.deliver([.ack, .psh], ack: s.iss &+ 1, payload: bytes(100))
+        s.deliver([.ack, .psh], ack: s.iss + 1, payload: bytes(100))
         #expect(s.take().isEmpty, "one segment waits for the delayed ACK")
         #expect(s.takeEvents() == [.readable])
         s.advance(by: .milliseconds(40))
         let ack = s.take()
         #expect(ack.count == 1 && ack[0].header.acknowledgmentNumber == 5101)
-        s.deliver([.ack], ack: s.iss &+ 1, payload: bytes(1460))
+        s.deliver([.ack], ack: s.iss + 1, payload: bytes(1460))
         #expect(s.take().isEmpty)
-        s.deliver([.ack], ack: s.iss &+ 1, payload: bytes(1460))
+        s.deliver([.ack], ack: s.iss + 1, payload: bytes(1460))
         #expect(s.take().map(\.header.acknowledgmentNumber) == [5101 + 2920])
         #expect(s.conn.read(now: s.now) == bytes(100) + bytes(1460) + bytes(1460))
     }
@@ -204,18 +204,18 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         // as two segments, the tail was acknowledged at once, which let Linux's Nagle send the
         // next tail at once too; counted in bytes against the largest segment, it waits.
         var s = TCPScript()
-        s.deliver([.ack], ack: s.iss &+ 1, payload: bytes(1460))
-        s.deliver([.ack, .psh], ack: s.iss &+ 1, payload: bytes(588))
+        s.deliver([.ack], ack: s.iss + 1, payload: bytes(1460))
+        s.deliver([.ack, .psh], ack: s.iss + 1, payload: bytes(588))
         #expect(s.take().isEmpty, "2048 bytes are less than two full-sized segments")
-        s.deliver([.ack], ack: s.iss &+ 1, payload: bytes(1460))
-        let all: UInt32 = 5001 + 1460 + 588 + 1460
+        s.deliver([.ack], ack: s.iss + 1, payload: bytes(1460))
+        let all = SequenceNumber(5001) + 1460 + 588 + 1460
         #expect(s.take().map(\.header.acknowledgmentNumber) == [all])
         // A peer whose segments are all small is acknowledged every second one, as before.
         var small = TCPScript()
-        small.deliver([.ack], ack: small.iss &+ 1, payload: bytes(200))
+        small.deliver([.ack], ack: small.iss + 1, payload: bytes(200))
         #expect(small.take().isEmpty)
-        small.deliver([.ack], ack: small.iss &+ 1, payload: bytes(200))
-        let both: UInt32 = 5001 + 400
+        small.deliver([.ack], ack: small.iss + 1, payload: bytes(200))
+        let both = SequenceNumber(5001) + 400
         #expect(small.take().map(\.header.acknowledgmentNumber) == [both])
     }
 
@@ -235,7 +235,7 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
             let edge = s.conn.advertisedEdge
             let room = edge - s.peerNext
             let length = room > 0 ? min(room, 1460 - (sent % 7)) : 31
-            s.deliver([.ack], ack: s.iss &+ 1, payload: bytes(length))
+            s.deliver([.ack], ack: s.iss + 1, payload: bytes(length))
             sent += length
             s.advance(by: .milliseconds(40))
             if let w = s.take().last?.header.window { lastWindow = w }
@@ -249,21 +249,21 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         var c = TCPConfiguration.scripted
         c.selectiveAcknowledgments = true
         var s = TCPScript(configuration: c, synOptions: [.maximumSegmentSize(1000), .sackPermitted])
-        let base = s.peerNext.rawValue
-        s.deliver([.ack], seq: base &+ 200, ack: s.iss &+ 1, payload: bytes(100, from: 200))
+        let base = s.peerNext
+        s.deliver([.ack], seq: base + 200, ack: s.iss + 1, payload: bytes(100, from: 200))
         var out = s.take()
         #expect(out.count == 1 && out[0].header.acknowledgmentNumber == base)
-        #expect(out[0].header.options.contains(.sack([(base &+ 200, base &+ 300)])))
-        s.deliver([.ack], seq: base &+ 400, ack: s.iss &+ 1, payload: bytes(100, from: 400))
+        #expect(out[0].header.options.contains(.sack([(base + 200, base + 300)])))
+        s.deliver([.ack], seq: base + 400, ack: s.iss + 1, payload: bytes(100, from: 400))
         out = s.take()
-        #expect(out[0].header.options.contains(.sack([(base &+ 400, base &+ 500), (base &+ 200, base &+ 300)])), "latest block first")
+        #expect(out[0].header.options.contains(.sack([(base + 400, base + 500), (base + 200, base + 300)])), "latest block first")
         #expect(s.conn.counters.outOfOrderSegments == 2)
         #expect(s.conn.readableBytes == 0)
-        s.deliver([.ack], seq: base, ack: s.iss &+ 1, payload: bytes(200))
+        s.deliver([.ack], seq: base, ack: s.iss + 1, payload: bytes(200))
         out = s.take()
-        #expect(out.count == 1 && out[0].header.acknowledgmentNumber == base &+ 300, "the hole filled: ACK at once")
-        s.deliver([.ack], seq: base &+ 300, ack: s.iss &+ 1, payload: bytes(100, from: 300))
-        #expect(s.take()[0].header.acknowledgmentNumber == base &+ 500)
+        #expect(out.count == 1 && out[0].header.acknowledgmentNumber == base + 300, "the hole filled: ACK at once")
+        s.deliver([.ack], seq: base + 300, ack: s.iss + 1, payload: bytes(100, from: 300))
+        #expect(s.take()[0].header.acknowledgmentNumber == base + 500)
         #expect(s.conn.read(now: s.now) == bytes(500))
         #expect(s.conn.outOfOrderBytes == 0)
     }
@@ -272,31 +272,31 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         var s = TCPScript(iss: 0xFFFF_FF00, peerISS: 0xFFFF_FFF0)
         var received: [UInt8] = []
         for i in 0..<4 {
-            s.deliver([.ack], ack: s.iss &+ 1, payload: bytes(100, from: i * 100))
+            s.deliver([.ack], ack: s.iss + 1, payload: bytes(100, from: i * 100))
             received += s.conn.read(now: s.now)
         }
         #expect(received == bytes(400))
-        #expect(s.conn.receiveNext.rawValue == 0xFFFF_FFF1 &+ 400)
+        #expect(s.conn.receiveNext == SequenceNumber(0xFFFF_FFF1) + 400)
         _ = s.take()
         #expect(s.write(bytes(600)) == 600)
         let out = s.take()
         #expect(out.count == 1 && out[0].payload.count == 600)
-        s.deliver([.ack], ack: s.iss &+ 601)
+        s.deliver([.ack], ack: s.iss + 601)
         #expect(s.conn.unacknowledgedBytes == 0)
-        #expect(s.conn.sendUnacknowledged.rawValue == 0xFFFF_FF00 &+ 601)
+        #expect(s.conn.sendUnacknowledged == SequenceNumber(0xFFFF_FF00) + 601)
     }
 
     @Test func writesFromEveryKindOfCollectionQueueTheSameBytes() {
         // An array and a slice take the contiguous path; a range has no contiguous storage.
         var s = TCPScript()
-        s.deliver([.ack], ack: s.iss &+ 1)
+        s.deliver([.ack], ack: s.iss + 1)
         _ = s.take()
         #expect(s.conn.write(bytes(100), now: s.now) == 100)
         #expect(s.conn.write(bytes(300)[100..<200], now: s.now) == 100)
         #expect(s.conn.write(UInt8(200)..<UInt8(255), now: s.now) == 55)
         var sent = s.take().flatMap(\.payload)
         // Nagle holds the rest back until the first segment is acknowledged.
-        s.deliver([.ack], ack: s.iss &+ 1 &+ UInt32(sent.count))
+        s.deliver([.ack], ack: s.iss + 1 + sent.count)
         sent += s.take().flatMap(\.payload)
         #expect(sent == bytes(255))
     }
@@ -305,12 +305,12 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         var c = TCPConfiguration.scripted
         c.receiveBufferSize = 1000
         var s = TCPScript(configuration: c)
-        s.deliver([.ack], ack: s.iss &+ 1, payload: bytes(1500))
+        s.deliver([.ack], ack: s.iss + 1, payload: bytes(1500))
         #expect(s.conn.readableBytes == 1000)
         s.advance(by: .milliseconds(40))
         let ack = s.take()
         #expect(ack.count == 1)
-        #expect(ack.last.map { $0.header.acknowledgmentNumber } == UInt32(6001))
+        #expect(ack.last.map { $0.header.acknowledgmentNumber } == SequenceNumber(6001))
         #expect(ack.last.map { $0.header.window } == UInt16(0), "a full buffer closes the window")
         _ = s.conn.read(maximum: 400, now: s.now)
         // 400 free is less than half the buffer or one MSS: no window update yet (receiver SWS).
@@ -327,7 +327,7 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         _ = s.write(bytes(10))
         _ = s.write(bytes(10))
         #expect(s.take().isEmpty, "Nagle holds small data while some is unacknowledged")
-        s.deliver([.ack], ack: s.iss &+ 11)
+        s.deliver([.ack], ack: s.iss + 11)
         #expect(s.take().map(\.payload.count) == [20])
         s.conn.setNagle(false, now: s.now)
         _ = s.write(bytes(5))
@@ -339,9 +339,9 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         #expect(s.write(bytes(20000)) == 16384)
         #expect(s.conn.writableBytes == 0)
         _ = s.take()
-        s.deliver([.ack], ack: s.iss &+ 1 &+ 1000, window: 8000)
+        s.deliver([.ack], ack: s.iss + 1 + 1000, window: 8000)
         #expect(s.takeEvents().isEmpty, "1000 bytes free is not yet a quarter of the buffer")
-        s.deliver([.ack], ack: s.iss &+ 1 &+ 5000, window: 8000)
+        s.deliver([.ack], ack: s.iss + 1 + 5000, window: 8000)
         #expect(s.takeEvents() == [.writable])
     }
 
@@ -351,9 +351,9 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         c.receiveBufferSize = 1 << 20
         var s = TCPScript(configuration: c, synOptions: [.maximumSegmentSize(1460), .windowScale(3)], peerWindow: 1000)
         #expect(s.conn.receiveShift == 5 && s.conn.sendShift == 3)
-        s.deliver([.ack], ack: s.iss &+ 1, window: 1000)
+        s.deliver([.ack], ack: s.iss + 1, window: 1000)
         #expect(s.conn.sendWindow == 8000)
-        s.deliver([.ack], ack: s.iss &+ 1, payload: bytes(100))
+        s.deliver([.ack], ack: s.iss + 1, payload: bytes(100))
         s.advance(by: .milliseconds(40))
         let ack = s.take()
         #expect(Int(ack[0].header.window) << 5 >= (1 << 20) - 100 - 32)
@@ -366,15 +366,15 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         s.conn.shutdownWrite(now: s.now)
         #expect(s.conn.state == .finWait1)
         let fin = s.take()
-        #expect(fin.count == 1 && fin[0].header.flags == [.fin, .ack] && fin[0].header.sequenceNumber == s.iss &+ 1)
-        s.deliver([.ack], ack: s.iss &+ 2)
+        #expect(fin.count == 1 && fin[0].header.flags == [.fin, .ack] && fin[0].header.sequenceNumber == s.iss + 1)
+        s.deliver([.ack], ack: s.iss + 2)
         #expect(s.conn.state == .finWait2)
         // Half-closed: the peer still sends and we still read.
-        s.deliver([.ack, .psh], ack: s.iss &+ 2, payload: bytes(50))
+        s.deliver([.ack, .psh], ack: s.iss + 2, payload: bytes(50))
         #expect(s.conn.read(now: s.now) == bytes(50))
-        s.deliver([.fin, .ack], ack: s.iss &+ 2)
+        s.deliver([.fin, .ack], ack: s.iss + 2)
         #expect(s.conn.state == .timeWait)
-        #expect(s.take().last?.header.acknowledgmentNumber == s.peerNext.rawValue)
+        #expect(s.take().last?.header.acknowledgmentNumber == s.peerNext)
         #expect(s.takeEvents() == [.readable, .peerFinished])
         #expect(s.conn.atEndOfStream)
         s.advance(by: .seconds(2))
@@ -384,18 +384,18 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
 
     @Test func passiveCloseAfterPeerHalfClose() {
         var s = TCPScript()
-        s.deliver([.fin, .ack], ack: s.iss &+ 1)
+        s.deliver([.fin, .ack], ack: s.iss + 1)
         #expect(s.conn.state == .closeWait)
         #expect(s.takeEvents() == [.peerFinished])
         #expect(s.take().count == 1)
         // Our direction stays open: data still flows to the peer.
         #expect(s.write(bytes(300)) == 300)
         #expect(s.take().map(\.payload.count) == [300])
-        s.deliver([.ack], ack: s.iss &+ 301)
+        s.deliver([.ack], ack: s.iss + 301)
         s.conn.close(now: s.now)
         #expect(s.conn.state == .lastAck)
         #expect(s.take().map(\.header.flags) == [[.fin, .ack]])
-        s.deliver([.ack], ack: s.iss &+ 302)
+        s.deliver([.ack], ack: s.iss + 302)
         #expect(s.conn.state == .closed)
         #expect(s.takeEvents() == [.closed(.closed)])
     }
@@ -404,9 +404,9 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         var s = TCPScript()
         s.conn.shutdownWrite(now: s.now)
         _ = s.take()
-        s.deliver([.fin, .ack], ack: s.iss &+ 1)
+        s.deliver([.fin, .ack], ack: s.iss + 1)
         #expect(s.conn.state == .closing)
-        s.deliver([.ack], ack: s.iss &+ 2)
+        s.deliver([.ack], ack: s.iss + 2)
         #expect(s.conn.state == .timeWait)
     }
 
@@ -420,13 +420,13 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         s.advance(to: s.conn.pollAt!)
         let again = s.take()
         #expect(again.count == 1 && again[0].header.flags.contains(.fin) && again[0].payload.count == 100, "the retransmission carries data and FIN together")
-        s.deliver([.ack], ack: s.iss &+ 102)
+        s.deliver([.ack], ack: s.iss + 102)
         #expect(s.conn.state == .finWait2)
     }
 
     @Test func closeWithUnreadDataResets() {
         var s = TCPScript()
-        s.deliver([.ack], ack: s.iss &+ 1, payload: bytes(10))
+        s.deliver([.ack], ack: s.iss + 1, payload: bytes(10))
         _ = s.take()
         s.conn.close(now: s.now)
         let out = s.take()
@@ -438,44 +438,44 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
 @Suite struct TCPResetTests {
     @Test func exactResetClosesInWindowResetChallenges() {
         var s = TCPScript()
-        s.deliver([.rst], seq: s.peerNext.rawValue &+ 10)
+        s.deliver([.rst], seq: s.peerNext + 10)
         #expect(s.conn.state == .established)
         let challenge = s.take()
-        #expect(challenge.count == 1 && challenge[0].header.flags == [.ack] && challenge[0].header.acknowledgmentNumber == s.peerNext.rawValue)
+        #expect(challenge.count == 1 && challenge[0].header.flags == [.ack] && challenge[0].header.acknowledgmentNumber == s.peerNext)
         #expect(s.conn.counters.challengeAcks == 1)
-        s.deliver([.rst], seq: s.peerNext.rawValue &+ 100_000)
+        s.deliver([.rst], seq: s.peerNext + 100_000)
         #expect(s.take().isEmpty, "a reset outside the window is dropped silently")
-        s.deliver([.rst], seq: s.peerNext.rawValue)
+        s.deliver([.rst], seq: s.peerNext)
         #expect(s.conn.state == .closed)
         #expect(s.takeEvents() == [.closed(.reset)])
     }
 
     @Test func synInSynchronizedStateGetsChallengeAck() {
         var s = TCPScript()
-        s.deliver([.syn], seq: s.peerNext.rawValue &+ 5)
+        s.deliver([.syn], seq: s.peerNext + 5)
         #expect(s.conn.state == .established)
         #expect(s.take().map(\.header.flags) == [[.ack]])
     }
 
     @Test func challengeAcksAreRateLimited() {
         var s = TCPScript()
-        for _ in 0..<20 { s.deliver([.syn], seq: s.peerNext.rawValue &+ 5) }
+        for _ in 0..<20 { s.deliver([.syn], seq: s.peerNext + 5) }
         #expect(s.take().count == 10)
         s.advance(by: .seconds(1))
-        s.deliver([.syn], seq: s.peerNext.rawValue &+ 5)
+        s.deliver([.syn], seq: s.peerNext + 5)
         #expect(s.take().count == 1)
     }
 
     @Test func ackOfUnsentDataIsAnsweredAndDropped() {
         var s = TCPScript()
-        s.deliver([.ack], ack: s.iss &+ 500, payload: bytes(10))
+        s.deliver([.ack], ack: s.iss + 500, payload: bytes(10))
         #expect(s.conn.readableBytes == 0)
-        #expect(s.take().map(\.header.acknowledgmentNumber) == [s.peerNext.rawValue &- 10])
+        #expect(s.take().map(\.header.acknowledgmentNumber) == [s.peerNext - 10])
     }
 
     @Test func tooOldAckIsChallenged() {
         var s = TCPScript(peerWindow: 1000)
-        s.deliver([.ack], ack: s.iss &+ 1 &- 5000)
+        s.deliver([.ack], ack: s.iss + 1 - 5000)
         #expect(s.conn.counters.challengeAcks == 1)
     }
 }
@@ -519,10 +519,10 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         // Grow cwnd: ten segments acknowledged one by one.
         let first = s.write(bytes(10_000))
         #expect(first == 10_000)
-        var acked = s.iss &+ 1
+        var acked = s.iss + 1
         for _ in 0..<10 {
             _ = s.take()
-            acked &+= 1000
+            acked += 1000
             s.deliver([.ack], ack: acked)
         }
         _ = s.write(bytes(8000))
@@ -534,10 +534,10 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         #expect(retransmit.first?.header.sequenceNumber == acked)
         #expect(s.conn.counters.fastRetransmits == 1)
         // Partial ACK up to the second hole: NewReno resends it at once.
-        s.deliver([.ack], ack: acked &+ 2000)
+        s.deliver([.ack], ack: acked + 2000)
         let next = s.take()
-        #expect(next.first?.header.sequenceNumber == acked &+ 2000)
-        s.deliver([.ack], ack: acked &+ 8000)
+        #expect(next.first?.header.sequenceNumber == acked + 2000)
+        s.deliver([.ack], ack: acked + 8000)
         #expect(s.conn.unacknowledgedBytes == 0)
         #expect(s.conn.congestionWindow <= s.conn.slowStartThreshold)
     }
@@ -547,33 +547,33 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         c.selectiveAcknowledgments = true
         c.sendBufferSize = 1 << 20
         var s = TCPScript(configuration: c, synOptions: [.maximumSegmentSize(1000), .sackPermitted])
-        var acked = s.iss &+ 1
+        var acked = s.iss + 1
         _ = s.write(bytes(10_000))
         for _ in 0..<10 {
             _ = s.take()
-            acked &+= 1000
+            acked += 1000
             s.deliver([.ack], ack: acked)
         }
         _ = s.write(bytes(10_000))
         #expect(s.take().count == 10)
         // Segments 0, 3 and 6 lost; the peer SACKs what arrived.
         let a = acked
-        let blocks: [[(UInt32, UInt32)]] = [
-            [(a &+ 1000, a &+ 2000)],
-            [(a &+ 1000, a &+ 3000)],
-            [(a &+ 4000, a &+ 5000), (a &+ 1000, a &+ 3000)],
-            [(a &+ 4000, a &+ 6000), (a &+ 1000, a &+ 3000)],
-            [(a &+ 7000, a &+ 8000), (a &+ 4000, a &+ 6000), (a &+ 1000, a &+ 3000)],
+        let blocks: [[(SequenceNumber, SequenceNumber)]] = [
+            [(a + 1000, a + 2000)],
+            [(a + 1000, a + 3000)],
+            [(a + 4000, a + 5000), (a + 1000, a + 3000)],
+            [(a + 4000, a + 6000), (a + 1000, a + 3000)],
+            [(a + 7000, a + 8000), (a + 4000, a + 6000), (a + 1000, a + 3000)],
         ]
-        var resent: [UInt32] = []
+        var resent: [SequenceNumber] = []
         for b in blocks {
             s.deliver([.ack], ack: a, options: [.sack(b)])
             resent += s.take().filter { !$0.payload.isEmpty }.map(\.header.sequenceNumber)
         }
         #expect(resent.contains(a))
-        #expect(resent.contains(a &+ 3000))
-        #expect(resent.contains(a &+ 6000))
-        #expect(!resent.contains(a &+ 1000), "SACKed data is not resent")
+        #expect(resent.contains(a + 3000))
+        #expect(resent.contains(a + 6000))
+        #expect(!resent.contains(a + 1000), "SACKed data is not resent")
         #expect(s.conn.counters.timeouts == 0)
     }
 
@@ -582,20 +582,20 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         _ = s.write(bytes(2920))
         let sent = s.take()
         #expect(sent.count == 2)
-        s.deliver([.ack], ack: s.iss &+ 2921, window: 0)
+        s.deliver([.ack], ack: s.iss + 2921, window: 0)
         _ = s.write(bytes(500))
         #expect(s.take().isEmpty)
         var probes: [Instant] = []
         for _ in 0..<4 {
             s.advance(to: s.conn.pollAt!)
             let p = s.take()
-            #expect(p.count == 1 && p[0].payload.count == 1 && p[0].header.sequenceNumber == s.iss &+ 2921, "\(p.map { ($0.header.sequenceNumber, $0.payload.count, $0.header.flags.letters) }) at \(s.now)")
+            #expect(p.count == 1 && p[0].payload.count == 1 && p[0].header.sequenceNumber == s.iss + 2921, "\(p.map { ($0.header.sequenceNumber, $0.payload.count, $0.header.flags.letters) }) at \(s.now)")
             probes.append(s.now)
-            s.deliver([.ack], ack: s.iss &+ 2921, window: 0)
+            s.deliver([.ack], ack: s.iss + 2921, window: 0)
         }
         #expect(s.conn.state == .established, "a peer that answers probes is never dropped")
         #expect(probes[2] - probes[1] == (probes[1] - probes[0]) * 2, "probe interval backs off")
-        s.deliver([.ack], ack: s.iss &+ 2921, window: 8000)
+        s.deliver([.ack], ack: s.iss + 2921, window: 8000)
         let resumed = s.take()
         #expect(resumed.reduce(0) { $0 + $1.payload.count } == 500)
         #expect(s.conn.counters.zeroWindowProbes == 4)
@@ -609,7 +609,7 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         var probe = s.take()
         #expect(probe.count == 1 && probe[0].header.sequenceNumber == s.iss && probe[0].payload.isEmpty)
         // Answered: the idle clock restarts.
-        s.deliver([.ack], ack: s.iss &+ 1)
+        s.deliver([.ack], ack: s.iss + 1)
         s.advance(to: .seconds(110))
         #expect(s.take().isEmpty)
         s.advance(to: .seconds(120))
@@ -649,7 +649,7 @@ func bytes(_ n: Int, from start: Int = 0) -> [UInt8] { (0..<n).map { UInt8(trunc
         }
         #expect(echo == 777)
         s.now = .milliseconds(620)
-        s.deliver([.ack], ack: s.iss &+ 11, options: [.timestamps(value: 800, echoReply: value)])
+        s.deliver([.ack], ack: s.iss + 11, options: [.timestamps(value: 800, echoReply: value)])
         // The handshake sampled 0 ms; 120 ms from the echoed timestamp moves SRTT by an eighth.
         #expect(s.conn.retransmissionTimer.smoothedRTT == .milliseconds(15))
     }

@@ -194,13 +194,13 @@ extension IPStack {
 
     /// RFC 9293 §3.10.7.1: the reset that answers `h`, which no connection takes.
     private mutating func sendReset(answering h: TCPHeader, payloadLength: Int, to source: IPv4Address) {
-        var reset = TCPHeader(sourcePort: h.destinationPort, destinationPort: h.sourcePort, sequenceNumber: 0, flags: [.rst], window: 0)
+        var reset = TCPHeader(sourcePort: h.destinationPort, destinationPort: h.sourcePort, sequenceNumber: SequenceNumber(0), flags: [.rst], window: 0)
         if h.flags.contains(.ack) {
             reset.sequenceNumber = h.acknowledgmentNumber
         } else {
             reset.flags.insert(.ack)
             let length = payloadLength + (h.flags.contains(.syn) ? 1 : 0) + (h.flags.contains(.fin) ? 1 : 0)
-            reset.acknowledgmentNumber = h.sequenceNumber &+ UInt32(truncatingIfNeeded: length)
+            reset.acknowledgmentNumber = h.sequenceNumber + length
         }
         counterBase.tcpResetsSent += 1
         send(protocol: IPProtocol.tcp, to: source, payload: reset.emit(source: configuration.address, destination: source, payload: []))

@@ -116,9 +116,9 @@ struct TCPCongestionControl: Sendable {
     }
 
     /// The SACK blocks of an ACK, kept when they lie in `unacknowledged ..< sendMax`.
-    mutating func sacked(_ blocks: [(UInt32, UInt32)], unacknowledged: SequenceNumber, sendMax: SequenceNumber) {
+    mutating func sacked(_ blocks: [(SequenceNumber, SequenceNumber)], unacknowledged: SequenceNumber, sendMax: SequenceNumber) {
         for (s, e) in blocks {
-            var block = SequenceRange(start: SequenceNumber(s), end: SequenceNumber(e))
+            var block = SequenceRange(start: s, end: e)
             guard block.start < block.end, block.end > unacknowledged, block.end <= sendMax else { continue }
             if block.start < unacknowledged { block.start = unacknowledged }
             insert(block)

@@ -164,7 +164,7 @@ public struct TCPConnection: Sendable {
         acceptSyn(syn)
         sendWindow = Int(syn.window)
         maxSendWindow = sendWindow
-        sendWL1 = SequenceNumber(syn.sequenceNumber)
+        sendWL1 = syn.sequenceNumber
         sendWL2 = initialSendSequence
         sendSyn(now: now)
     }
@@ -194,7 +194,7 @@ public struct TCPConnection: Sendable {
     }
 
     mutating func acceptSyn(_ syn: TCPHeader) {
-        initialReceiveSequence = SequenceNumber(syn.sequenceNumber)
+        initialReceiveSequence = syn.sequenceNumber
         receiveNext = initialReceiveSequence + 1
         advertisedEdge = receiveNext
         lastAckSent = receiveNext

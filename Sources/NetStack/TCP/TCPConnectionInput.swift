@@ -25,7 +25,7 @@ extension TCPConnection {
 
     /// RFC 9293 §3.10.7.3.
     mutating func receiveInSynSent(_ h: TCPHeader, payload: ArraySlice<UInt8>, now: Instant) {
-        let ack = SequenceNumber(h.acknowledgmentNumber)
+        let ack = h.acknowledgmentNumber
         let hasAck = h.flags.contains(.ack)
         if hasAck && (ack <= initialSendSequence || ack > sendMax) {
             if !h.flags.contains(.rst) { emit(flags: [.rst], sequence: ack, payload: [], now: now, withAck: false) }
@@ -48,7 +48,7 @@ extension TCPConnection {
             // RFC 7323 §2.2: the window of a SYN is never scaled.
             sendWindow = Int(h.window)
             maxSendWindow = sendWindow
-            sendWL1 = SequenceNumber(h.sequenceNumber)
+            sendWL1 = h.sequenceNumber
             sendWL2 = ack
             state = .established
             events.append(.established)
@@ -58,13 +58,13 @@ extension TCPConnection {
             // Simultaneous open (RFC 9293 §3.5, figure 8).
             state = .synReceived
             sendWindow = Int(h.window)
-            sendWL1 = SequenceNumber(h.sequenceNumber)
+            sendWL1 = h.sequenceNumber
             sendSyn(now: now)
         }
     }
 
     mutating func receiveSynchronized(_ h: TCPHeader, payload: ArraySlice<UInt8>, now: Instant) {
-        let seq = SequenceNumber(h.sequenceNumber)
+        let seq = h.sequenceNumber
         let syn = h.flags.contains(.syn)
         let rst = h.flags.contains(.rst)
         var fin = h.flags.contains(.fin)
@@ -115,7 +115,7 @@ extension TCPConnection {
         }
         // Fifth: ACK.
         guard h.flags.contains(.ack) else { return }
-        let ack = SequenceNumber(h.acknowledgmentNumber)
+        let ack = h.acknowledgmentNumber
         if state == .synReceived {
             guard ack > sendUnacknowledged && ack <= sendMax else {
                 emit(flags: [.rst], sequence: ack, payload: [], now: now, withAck: false)
@@ -203,8 +203,8 @@ extension TCPConnection {
 
     /// Returns false when the segment must be dropped.
     mutating func processAck(_ h: TCPHeader, payloadEmpty: Bool, now: Instant) -> Bool {
-        let ack = SequenceNumber(h.acknowledgmentNumber)
-        let seq = SequenceNumber(h.sequenceNumber)
+        let ack = h.acknowledgmentNumber
+        let seq = h.sequenceNumber
         if ack > sendMax {
             ackNow = true
             return false

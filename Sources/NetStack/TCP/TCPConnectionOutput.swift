@@ -12,7 +12,7 @@ extension TCPConnection {
     mutating func sendSyn(now: Instant) {
         var flags: TCPHeader.Flags = [.syn]
         if state == .synReceived { flags.insert(.ack) }
-        var h = TCPHeader(sourcePort: local.port, destinationPort: remote.port, sequenceNumber: initialSendSequence.rawValue,
+        var h = TCPHeader(sourcePort: local.port, destinationPort: remote.port, sequenceNumber: initialSendSequence,
                           flags: flags, window: UInt16(min(configuration.receiveBufferSize, 65535)))
         var options: [TCPOption] = [.maximumSegmentSize(UInt16(clamping: configuration.maximumSegmentSize))]
         let passive = state == .synReceived
@@ -25,7 +25,7 @@ extension TCPConnection {
             options += [.noOperation, .noOperation, .timestamps(value: timestampValue(now), echoReply: passive ? timestampRecent : 0)]
         }
         h.options = options
-        if flags.contains(.ack) { h.acknowledgmentNumber = receiveNext.rawValue }
+        if flags.contains(.ack) { h.acknowledgmentNumber = receiveNext }
         if passive {
             advertisedEdge = receiveNext + Int(h.window)
             lastAckSent = receiveNext
@@ -188,10 +188,10 @@ extension TCPConnection {
 
     mutating func emit(flags: TCPHeader.Flags, sequence: SequenceNumber, payload: [UInt8], now: Instant, withAck: Bool = true) {
         var flags = flags
-        var h = TCPHeader(sourcePort: local.port, destinationPort: remote.port, sequenceNumber: sequence.rawValue, flags: [], window: 0)
+        var h = TCPHeader(sourcePort: local.port, destinationPort: remote.port, sequenceNumber: sequence, flags: [], window: 0)
         if withAck && !flags.contains(.ack) && !flags.contains(.rst) { flags.insert(.ack) }
         if flags.contains(.ack) {
-            h.acknowledgmentNumber = receiveNext.rawValue
+            h.acknowledgmentNumber = receiveNext
             h.window = windowField()
             lastAckSent = receiveNext
             ackNow = false
@@ -204,7 +204,7 @@ extension TCPConnection {
             options += [.noOperation, .noOperation, .timestamps(value: timestampValue(now), echoReply: timestampRecent)]
         }
         if sackPermitted && flags.contains(.ack) && !outOfOrder.isEmpty {
-            options += [.noOperation, .noOperation, .sack(outOfOrder.sackBlocks(limit: timestampsEnabled ? 3 : 4).map { ($0.start.rawValue, $0.end.rawValue) })]
+            options += [.noOperation, .noOperation, .sack(outOfOrder.sackBlocks(limit: timestampsEnabled ? 3 : 4).map { ($0.start, $0.end) })]
         }
         h.options = options
         outgoing.append(TCPSegment(header: h, payload: payload))

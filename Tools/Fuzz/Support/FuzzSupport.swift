@@ -124,15 +124,14 @@ public final class FuzzDepth: @unchecked Sendable {
 public struct TCPExpectations {
     public init() {}
 
-    var byPort: [UInt16: (sequence: UInt32, acknowledgment: UInt32)] = [:]
+    var byPort: [UInt16: (sequence: SequenceNumber, acknowledgment: SequenceNumber)] = [:]
 
     public mutating func learn(from packet: [UInt8]) {
         guard let ip = try? packet.withUnsafeBytes({ b throws(PacketError) in try IPv4Header(parsing: b) }), ip.protocol == IPProtocol.tcp,
               let tcp = try? packet[ip.headerLength..<ip.totalLength].withUnsafeBytes({ b throws(PacketError) in try TCPHeader(parsing: b) })
         else { return }
         let length = ip.payloadLength - tcp.headerLength
-        let next = tcp.sequenceNumber &+ UInt32(truncatingIfNeeded: length)
-            &+ (tcp.flags.contains(.syn) ? 1 : 0) &+ (tcp.flags.contains(.fin) ? 1 : 0)
+        let next = tcp.sequenceNumber + length + (tcp.flags.contains(.syn) ? 1 : 0) + (tcp.flags.contains(.fin) ? 1 : 0)
         if byPort.count < 64 || byPort[tcp.destinationPort] != nil {
             byPort[tcp.destinationPort] = (tcp.acknowledgmentNumber, next)
         }
@@ -148,8 +147,8 @@ public struct TCPExpectations {
         if p[ihl + 13] & 0x10 != 0 { put(e.acknowledgment, into: &p, at: ihl + 8) }
     }
 
-    private func put(_ v: UInt32, into p: inout [UInt8], at i: Int) {
-        for k in 0..<4 { p[i + k] = UInt8(truncatingIfNeeded: v >> (24 - 8 * k)) }
+    private func put(_ v: SequenceNumber, into p: inout [UInt8], at i: Int) {
+        for k in 0..<4 { p[i + k] = UInt8(truncatingIfNeeded: v.rawValue >> (24 - 8 * k)) }
     }
 }
 
