@@ -18,7 +18,7 @@ public enum FramePrinter {
         case ProtocolNumber.vjUncompressedTCP:
             // RFC 1144 §3.2.2: an IP header whose protocol field holds the connection number.
             guard info.count >= 20 else {
-                return PacketText("VJUC malformed: \(info.count) bytes", error: .truncated(needed: 20, available: info.count))
+                return PacketText("VJUC malformed: \(info.count) bytes", error: .truncated(what: "VJ uncompressed header", needed: 20, available: info.count))
             }
             var restored = info
             let slot = restored[9]
@@ -27,14 +27,14 @@ public enum FramePrinter {
             return PacketText("VJUC conn=\(slot) " + line.text, error: line.problem.map { .malformed($0.description) })
         case ProtocolNumber.vjCompressedTCP:
             do {
-                let h = try info.withUnsafeBytes { raw throws(PacketError) in try VJCompressedHeader(parsing: raw) }
+                let h = try info.withUnsafeBytes { raw throws(WireError) in try VJCompressedHeader(parsing: raw) }
                 let summary = h.summary
                 return PacketText("VJC " + (summary.isEmpty ? "" : summary + " ") + "len=\(info.count - h.headerLength)")
             } catch {
                 return PacketText("VJC malformed: \(error)", error: .malformed("\(error)"))
             }
         case ProtocolNumber.ipv6:
-            guard info.count >= 40 else { return PacketText("IPV6 malformed: \(info.count) bytes", error: .truncated(needed: 40, available: info.count)) }
+            guard info.count >= 40 else { return PacketText("IPV6 malformed: \(info.count) bytes", error: .truncated(what: "IPv6 header", needed: 40, available: info.count)) }
             func address(_ at: Int) -> String {
                 stride(from: at, to: at + 16, by: 2).map { String(BigEndian.uint16(info, $0), radix: 16) }.joined(separator: ":")
             }

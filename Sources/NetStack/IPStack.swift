@@ -94,7 +94,7 @@ public struct IPStack: Sendable {
         counterBase.ipReceived += 1
         let parsed: IPv4Header
         do {
-            parsed = try packet.withUnsafeBytes { b throws(PacketError) in try IPv4Header(parsing: b) }
+            parsed = try packet.withUnsafeBytes { b throws(WireError) in try IPv4Header(parsing: b) }
         } catch {
             counterBase.ipMalformed += 1
             return
@@ -135,7 +135,7 @@ public struct IPStack: Sendable {
             counterBase.icmpChecksumErrors += 1
             return
         }
-        guard let icmp = try? payload.withUnsafeBytes({ b throws(PacketError) in try ICMPHeader(parsing: b) }) else { return }
+        guard let icmp = try? payload.withUnsafeBytes({ b throws(WireError) in try ICMPHeader(parsing: b) }) else { return }
         let data = Array(payload[8...])
         switch icmp.type {
         case ICMPHeader.echoRequest:
@@ -182,7 +182,7 @@ public struct IPStack: Sendable {
 
     private mutating func receiveUDP(_ ip: IPv4Header, _ payload: [UInt8], now: Instant) {
         counterBase.udpReceived += 1
-        guard let udp = try? payload.withUnsafeBytes({ b throws(PacketError) in try UDPHeader(parsing: b) }), udp.length <= payload.count else {
+        guard let udp = try? payload.withUnsafeBytes({ b throws(WireError) in try UDPHeader(parsing: b) }), udp.length <= payload.count else {
             counterBase.udpChecksumErrors += 1
             return
         }

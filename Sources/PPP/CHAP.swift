@@ -1,3 +1,5 @@
+import Wire
+
 /// CHAP packets (RFC 1994 §4).
 public enum CHAPPacket: Sendable, Equatable {
     case challenge(identifier: UInt8, value: [UInt8], name: [UInt8])

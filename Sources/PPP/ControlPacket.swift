@@ -21,7 +21,7 @@ public struct ControlPacket: Sendable, Equatable {
     /// padding and are ignored; a length beyond the field, or below 4, makes the packet invalid.
     public init<C: Collection>(parsing bytes: C) throws(WireError) where C.Element == UInt8, C.Index == Int {
         guard bytes.count >= ControlPacket.headerLength else {
-            throw .truncated(needed: ControlPacket.headerLength, available: bytes.count)
+            throw .truncated(what: "control packet", needed: ControlPacket.headerLength, available: bytes.count)
         }
         let s = bytes.startIndex
         let length = Int(bytes[s + 2]) << 8 | Int(bytes[s + 3])

@@ -17,7 +17,7 @@ public struct ICMPHeader: Sendable, Equatable {
         self.restOfHeader = restOfHeader
     }
 
-    public init(parsing b: UnsafeRawBufferPointer) throws(PacketError) {
+    public init(parsing b: UnsafeRawBufferPointer) throws(WireError) {
         guard b.count >= 8 else { throw .truncated(what: "ICMP header", needed: 8, available: b.count) }
         type = b[0]
         code = b[1]

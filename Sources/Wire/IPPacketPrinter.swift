@@ -4,7 +4,7 @@ public enum IPPacketPrinter {
     public struct Line: Sendable, Equatable {
         public var text: String
         /// What could not be read, when the packet is malformed.
-        public var problem: PacketError?
+        public var problem: WireError?
     }
 
     public static func describe(_ packet: [UInt8]) -> Line {

@@ -22,19 +22,6 @@ public struct IPProtocol: RawRepresentable, Hashable, Sendable, CustomStringConv
     }
 }
 
-/// Why an IP-layer packet could not be read.
-public enum PacketError: Error, Equatable, Sendable, CustomStringConvertible {
-    case truncated(what: String, needed: Int, available: Int)
-    case invalid(String)
-
-    public var description: String {
-        switch self {
-        case let .truncated(what, needed, available): return "\(what) truncated: needs \(needed) bytes, has \(available)"
-        case let .invalid(s): return s
-        }
-    }
-}
-
 /// An IPv4 header (RFC 791 §3.1), parsed from a checked view and able to emit itself.
 public struct IPv4Header: Sendable, Equatable {
     public var typeOfService: UInt8 = 0
@@ -67,15 +54,15 @@ public struct IPv4Header: Sendable, Equatable {
 
     /// Parses the header of `bytes`. The total length may be less than `bytes.count`
     /// (link padding), never more.
-    public init(parsing bytes: UnsafeRawBufferPointer) throws(PacketError) {
+    public init(parsing bytes: UnsafeRawBufferPointer) throws(WireError) {
         guard bytes.count >= 20 else { throw .truncated(what: "IPv4 header", needed: 20, available: bytes.count) }
         let version = bytes[0] >> 4
-        guard version == 4 else { throw .invalid("IP version \(version)") }
+        guard version == 4 else { throw .malformed("IP version \(version)") }
         let ihl = Int(bytes[0] & 0x0F) * 4
-        guard ihl >= 20 else { throw .invalid("IPv4 header length \(ihl)") }
+        guard ihl >= 20 else { throw .malformed("IPv4 header length \(ihl)") }
         guard bytes.count >= ihl else { throw .truncated(what: "IPv4 header", needed: ihl, available: bytes.count) }
         let total = Int(BigEndian.uint16(bytes, 2))
-        guard total >= ihl else { throw .invalid("IPv4 total length \(total) below header length \(ihl)") }
+        guard total >= ihl else { throw .malformed("IPv4 total length \(total) below header length \(ihl)") }
         guard total <= bytes.count else { throw .truncated(what: "IPv4 packet", needed: total, available: bytes.count) }
         typeOfService = bytes[1]
         payloadLength = total - ihl

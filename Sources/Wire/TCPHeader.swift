@@ -139,14 +139,14 @@ public struct TCPHeader: Sendable, Equatable {
         self.window = window
     }
 
-    public init(parsing b: UnsafeRawBufferPointer) throws(PacketError) {
+    public init(parsing b: UnsafeRawBufferPointer) throws(WireError) {
         guard b.count >= 20 else { throw .truncated(what: "TCP header", needed: 20, available: b.count) }
         sourcePort = BigEndian.uint16(b, 0)
         destinationPort = BigEndian.uint16(b, 2)
         sequenceNumber = SequenceNumber(BigEndian.uint32(b, 4))
         acknowledgmentNumber = SequenceNumber(BigEndian.uint32(b, 8))
         let offset = Int(b[12] >> 4) * 4
-        guard offset >= 20 else { throw .invalid("TCP data offset \(offset)") }
+        guard offset >= 20 else { throw .malformed("TCP data offset \(offset)") }
         guard offset <= b.count else { throw .truncated(what: "TCP header", needed: offset, available: b.count) }
         headerLength = offset
         flags = Flags(rawValue: b[13])
@@ -162,9 +162,9 @@ public struct TCPHeader: Sendable, Equatable {
                 i += 1
                 continue
             }
-            guard i + 1 < offset else { throw .invalid("TCP option \(kind) without length") }
+            guard i + 1 < offset else { throw .malformed("TCP option \(kind) without length") }
             let length = Int(b[i + 1])
-            guard length >= 2, i + length <= offset else { throw .invalid("TCP option \(kind) length \(length) runs past the header") }
+            guard length >= 2, i + length <= offset else { throw .malformed("TCP option \(kind) length \(length) runs past the header") }
             let data = Array(b[(i + 2)..<(i + length)])
             switch (kind, length) {
             case (2, 4): options.append(.maximumSegmentSize(BigEndian.uint16(b, i + 2)))

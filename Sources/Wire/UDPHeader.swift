@@ -12,13 +12,13 @@ public struct UDPHeader: Sendable, Equatable {
         self.length = 8 + payloadLength
     }
 
-    public init(parsing b: UnsafeRawBufferPointer) throws(PacketError) {
+    public init(parsing b: UnsafeRawBufferPointer) throws(WireError) {
         guard b.count >= 8 else { throw .truncated(what: "UDP header", needed: 8, available: b.count) }
         sourcePort = BigEndian.uint16(b, 0)
         destinationPort = BigEndian.uint16(b, 2)
         length = Int(BigEndian.uint16(b, 4))
         checksum = BigEndian.uint16(b, 6)
-        guard length >= 8 else { throw .invalid("UDP length \(length)") }
+        guard length >= 8 else { throw .malformed("UDP length \(length)") }
         guard length <= b.count else { throw .truncated(what: "UDP datagram", needed: length, available: b.count) }
     }
 

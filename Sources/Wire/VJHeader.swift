@@ -27,22 +27,22 @@ public struct VJCompressedHeader: Sendable, Equatable {
     public var special: String?
     public var headerLength: Int
 
-    public init(parsing b: UnsafeRawBufferPointer) throws(PacketError) {
+    public init(parsing b: UnsafeRawBufferPointer) throws(WireError) {
         var i = 0
-        func byte() throws(PacketError) -> UInt8 {
+        func byte() throws(WireError) -> UInt8 {
             guard i < b.count else { throw .truncated(what: "VJ compressed header", needed: i + 1, available: b.count) }
             defer { i += 1 }
             return b[i]
         }
         // §3.2.3: a delta is one byte 1–255, or 0 followed by two bytes.
-        func delta() throws(PacketError) -> UInt32 {
+        func delta() throws(WireError) -> UInt32 {
             let first = try byte()
             if first != 0 { return UInt32(first) }
             let high = try byte()
             return UInt32(high) << 8 | UInt32(try byte())
         }
         changes = Changes(rawValue: try byte())
-        guard changes.rawValue & 0x80 == 0 else { throw .invalid("VJ change mask 0x\(String(changes.rawValue, radix: 16)) has bit 7 set") }
+        guard changes.rawValue & 0x80 == 0 else { throw .malformed("VJ change mask 0x\(String(changes.rawValue, radix: 16)) has bit 7 set") }
         connection = changes.contains(.connection) ? try byte() : nil
         let high = try byte()
         tcpChecksum = UInt16(high) << 8 | UInt16(try byte())

@@ -72,7 +72,7 @@ import Testing
         var long = good
         long[3] = 40
         for bad in [[UInt8](good.prefix(19)), v6, shortIHL, long] {
-            #expect(throws: PacketError.self) { try bad.withUnsafeBytes { try IPv4Header(parsing: $0) } }
+            #expect(throws: WireError.self) { try bad.withUnsafeBytes { try IPv4Header(parsing: $0) } }
         }
     }
 
@@ -122,7 +122,7 @@ import Testing
         let h = try bytes.withUnsafeBytes { try VJCompressedHeader(parsing: $0) }
         #expect(h.connection == 3 && h.tcpChecksum == 0x1234 && h.ackDelta == 1460 && h.sequenceDelta == 1 && h.headerLength == 8)
         #expect(h.summary == "conn=3 P A=+1460 S=+1")
-        #expect(throws: PacketError.self) { try [UInt8]([0x48, 1, 2]).withUnsafeBytes { try VJCompressedHeader(parsing: $0) } }
-        #expect(throws: PacketError.self) { try [UInt8]([0x80, 0, 0]).withUnsafeBytes { try VJCompressedHeader(parsing: $0) } }
+        #expect(throws: WireError.self) { try [UInt8]([0x48, 1, 2]).withUnsafeBytes { try VJCompressedHeader(parsing: $0) } }
+        #expect(throws: WireError.self) { try [UInt8]([0x80, 0, 0]).withUnsafeBytes { try VJCompressedHeader(parsing: $0) } }
     }
 }

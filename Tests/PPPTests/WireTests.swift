@@ -20,7 +20,7 @@ import Testing
         // RFC 1661 §5: octets beyond Length are padding.
         let padded = try ControlPacket(parsing: [0x09, 0x07, 0x00, 0x08, 1, 2, 3, 4, 0xEE, 0xEE])
         #expect(padded.data == [1, 2, 3, 4])
-        #expect(throws: WireError.truncated(needed: 4, available: 3)) { try ControlPacket(parsing: [1, 2, 0]) }
+        #expect(throws: WireError.truncated(what: "control packet", needed: 4, available: 3)) { try ControlPacket(parsing: [1, 2, 0]) }
         #expect(throws: WireError.lengthTooSmall(length: 3)) { try ControlPacket(parsing: [1, 2, 0, 3]) }
         #expect(throws: WireError.lengthExceedsFrame(length: 9, available: 8)) { try ControlPacket(parsing: [1, 2, 0, 9, 0, 0, 0, 0]) }
         #expect(throws: WireError.self) { try ConfigurationOption.parseList([1, 1]) }

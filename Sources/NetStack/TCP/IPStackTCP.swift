@@ -146,7 +146,7 @@ extension IPStack {
             counterBase.tcpChecksumErrors += 1
             return
         }
-        guard let h = try? segment.withUnsafeBytes({ b throws(PacketError) in try TCPHeader(parsing: b) }) else {
+        guard let h = try? segment.withUnsafeBytes({ b throws(WireError) in try TCPHeader(parsing: b) }) else {
             counterBase.tcpMalformed += 1
             return
         }

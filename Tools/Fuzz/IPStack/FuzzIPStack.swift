@@ -75,7 +75,7 @@ public func fuzzIPStack(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
 
 /// A packet VJ must carry unchanged: total length equal to its size, a valid IP header checksum.
 func wellFormed(_ p: [UInt8]) -> Bool {
-    guard let h = try? p.withUnsafeBytes({ b throws(PacketError) in try IPv4Header(parsing: b) }), h.totalLength == p.count else { return false }
+    guard let h = try? p.withUnsafeBytes({ b throws(WireError) in try IPv4Header(parsing: b) }), h.totalLength == p.count else { return false }
     return p.withUnsafeBytes { IPv4Header.checksumValid(UnsafeRawBufferPointer(rebasing: $0[0..<h.headerLength])) }
 }
 

@@ -127,8 +127,8 @@ public struct TCPExpectations {
     var byPort: [UInt16: (sequence: SequenceNumber, acknowledgment: SequenceNumber)] = [:]
 
     public mutating func learn(from packet: [UInt8]) {
-        guard let ip = try? packet.withUnsafeBytes({ b throws(PacketError) in try IPv4Header(parsing: b) }), ip.protocol == IPProtocol.tcp,
-              let tcp = try? packet[ip.headerLength..<ip.totalLength].withUnsafeBytes({ b throws(PacketError) in try TCPHeader(parsing: b) })
+        guard let ip = try? packet.withUnsafeBytes({ b throws(WireError) in try IPv4Header(parsing: b) }), ip.protocol == IPProtocol.tcp,
+              let tcp = try? packet[ip.headerLength..<ip.totalLength].withUnsafeBytes({ b throws(WireError) in try TCPHeader(parsing: b) })
         else { return }
         let length = ip.payloadLength - tcp.headerLength
         let next = tcp.sequenceNumber + length + (tcp.flags.contains(.syn) ? 1 : 0) + (tcp.flags.contains(.fin) ? 1 : 0)

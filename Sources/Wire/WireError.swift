@@ -1,7 +1,8 @@
-/// Why a packet could not be read. Malformed input is a value, never a trap.
+/// Why bytes from the wire could not be read as a packet, header or option, at any layer (PPP's
+/// control packets, IPv4, ICMP, UDP, TCP, VJ headers). Malformed input is a value, never a trap.
 public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
-    /// Fewer bytes than the fixed header needs.
-    case truncated(needed: Int, available: Int)
+    /// Fewer bytes than `what` needs.
+    case truncated(what: String, needed: Int, available: Int)
     /// The packet's length field says more than the frame holds.
     case lengthExceedsFrame(length: Int, available: Int)
     /// A length field smaller than its own header.
@@ -15,7 +16,7 @@ public enum WireError: Error, Equatable, Sendable, CustomStringConvertible {
 
     public var description: String {
         switch self {
-        case let .truncated(needed, available): return "truncated: needs \(needed) bytes, has \(available)"
+        case let .truncated(what, needed, available): return "\(what) truncated: needs \(needed) bytes, has \(available)"
         case let .lengthExceedsFrame(length, available): return "length \(length) exceeds the \(available) bytes present"
         case let .lengthTooSmall(length): return "length \(length) is too small"
         case let .badOptionLength(type, length, remaining):
