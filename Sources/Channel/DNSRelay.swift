@@ -120,7 +120,7 @@ final class DNSRelay: StackApplication {
         for _ in 0..<DNSRelay.bindAttempts {
             do {
                 return try HostSocket.datagram(from: UInt16.random(in: sourcePorts, using: &random), connectedTo: upstream)
-            } catch where error.errno == EADDRINUSE {
+            } catch where error.errno == .addressInUse {
                 continue
             } catch {
                 break

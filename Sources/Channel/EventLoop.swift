@@ -245,7 +245,7 @@ public final class EventLoop: @unchecked Sendable {
         }
         guard result == 0 else {
             box.release()
-            throw SystemError("pthread_create", errno: result)
+            throw SystemError("pthread_create", errno: Errno(result))
         }
     }
 

@@ -348,7 +348,7 @@ public final class LinkSession: LoopClient {
         } catch {
             // EIO: the other side of a pty went away, or the device vanished. A network line's
             // error (refused, reset, timed out) says what happened to its connection.
-            if let remote = line.remote { report("pppbridge: \(remote): \(String(cString: strerror(error.errno)))") }
+            if let remote = line.remote { report("pppbridge: \(remote): \(error.errno.description)") }
             link.lineDown(now: now)
             return 0
         }
@@ -476,7 +476,7 @@ public final class LinkSession: LoopClient {
                 if n > 0 { record?.record(.sent, Array(chunk.prefix(n)), elapsedTenths: tenths(now)) }
             } catch {
                 // The line is gone; what was pending cannot be delivered.
-                if let remote = line.remote { report("pppbridge: \(remote): \(String(cString: strerror(error.errno)))") }
+                if let remote = line.remote { report("pppbridge: \(remote): \(error.errno.description)") }
                 flow.queue.removeAll()
                 link.lineDown(now: now)
                 return
@@ -533,7 +533,7 @@ public final class LinkSession: LoopClient {
                 do {
                     n = try writeLine(telnetPending[telnetPendingStart...])
                 } catch {
-                    if let remote = line.remote { report("pppbridge: \(remote): \(String(cString: strerror(error.errno)))") }
+                    if let remote = line.remote { report("pppbridge: \(remote): \(error.errno.description)") }
                     flow.queue.removeAll()
                     telnetPending.removeAll()
                     telnetPendingStart = 0

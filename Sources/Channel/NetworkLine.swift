@@ -26,7 +26,7 @@ extension SerialLine {
         switch address.host {
         case let .ipv4(a) where a.count == 4: family = AF_INET
         case let .ipv6(a) where a.count == 16: family = AF_INET6
-        default: throw SystemError("\(address): not an address", errno: EINVAL)
+        default: throw SystemError("\(address): not an address", errno: Errno(EINVAL))
         }
         let fd = socket(family, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SystemError("socket for \(address)") }

@@ -224,7 +224,7 @@ final class RelayTable {
             let e = HostSocket.pendingError(r.fd)
             if e != 0 {
                 r.counters.value.failures += 1
-                r.failure = SystemError("connect \(r.destination)", errno: e).description
+                r.failure = SystemError("connect \(r.destination)", errno: Errno(e)).description
                 let failed = r.onHostConnectFailed
                 relays[r.id] = nil
                 r.attached = false
@@ -243,7 +243,7 @@ final class RelayTable {
             }
         }
         if events & EPOLLERR.rawValue != 0, case let e = HostSocket.pendingError(r.fd), e != 0 {
-            fail(r, "host socket: \(SystemError("connection", errno: e))", now: now)
+            fail(r, "host socket: \(SystemError("connection", errno: Errno(e)))", now: now)
             return
         }
         if events & (EPOLLIN.rawValue | EPOLLHUP.rawValue) != 0 {
@@ -281,7 +281,7 @@ final class RelayTable {
                     r.hostReadable = false
                     return
                 }
-                fail(r, "host \(SystemError("read", errno: errno))", now: now)
+                fail(r, "host \(SystemError("read", errno: .current))", now: now)
                 return
             }
         }

@@ -38,7 +38,7 @@ public final class SerialLine {
         if RemoteLineAddress.isNetworkName(path) {
             switch RemoteLineAddress.parse(path) {
             case let .success(address): try self.init(network: address, options: options)
-            case let .failure(e): throw SystemError("\(PeerText.escaped(path)): \(e)", errno: EINVAL)
+            case let .failure(e): throw SystemError("\(PeerText.escaped(path)): \(e)", errno: .invalidArgument)
             }
         } else {
             try self.init(opening: path, options: options)
@@ -129,7 +129,7 @@ public final class SerialLine {
             cc[Int(VTIME)] = 0
         }
         guard let speed = SerialLine.speedConstant(options.speed) else {
-            throw SystemError("speed \(options.speed) is not a standard rate", errno: EINVAL)
+            throw SystemError("speed \(options.speed) is not a standard rate", errno: Errno(EINVAL))
         }
         cfsetispeed(&t, speed)
         cfsetospeed(&t, speed)

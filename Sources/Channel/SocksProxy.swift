@@ -560,7 +560,8 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
             self.note(.connected, now: now, "connected to \(endpoint)" + (request.host.isName ? " (\(request.host))" : ""))
             return true
         }
-        r.onHostConnectFailed = { [unowned self] r, e in
+        r.onHostConnectFailed = { [unowned self] r, code in
+            let e = Errno(code)
             self.note(.connectFailed, now: self.loop.now, "\(endpoint): \(SystemError("connect", errno: e))")
             self.refuse(r.id, SocksNegotiation.failureReply(for: request.version, SocksProxy.failure(e)), now: self.loop.now)
             self.refusals -= 1
@@ -569,12 +570,12 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
         relays.add(r)
     }
 
-    static func failure(_ e: Int32) -> SocksFailure {
+    static func failure(_ e: Errno) -> SocksFailure {
         switch e {
-        case ECONNREFUSED: return .connectionRefused
-        case ENETUNREACH: return .networkUnreachable
-        case EHOSTUNREACH: return .hostUnreachable
-        case ETIMEDOUT: return .ttlExpired
+        case .connectionRefused: return .connectionRefused
+        case .networkUnreachable: return .networkUnreachable
+        case .hostUnreachable: return .hostUnreachable
+        case .timedOut: return .ttlExpired
         default: return .generalFailure
         }
     }

@@ -141,7 +141,7 @@ public final class StreamConnection {
         if connecting {
             if events & (EPOLLOUT.rawValue | EPOLLERR.rawValue | EPOLLHUP.rawValue) != 0 {
                 let e = HostSocket.pendingError(descriptor)
-                if e != 0 { return finish(SystemError("connect \(peer.map { "\($0)" } ?? "")", errno: e)) }
+                if e != 0 { return finish(SystemError("connect \(peer.map { "\($0)" } ?? "")", errno: Errno(e))) }
                 connecting = false
                 onConnected?()
                 if closed { return }

@@ -1,17 +1,41 @@
 import Glibc
 import NetStack
 
+/// An errno value: the system's name for why a call failed, printed as `strerror` says it.
+/// Any value is kept as it came.
+public struct Errno: RawRepresentable, Hashable, Sendable, CustomStringConvertible {
+    public let rawValue: Int32
+    public init(rawValue: Int32) { self.rawValue = rawValue }
+    public init(_ rawValue: Int32) { self.rawValue = rawValue }
+
+    /// The calling thread's errno now.
+    public static var current: Errno { Errno(Glibc.errno) }
+
+    public static let interrupted = Errno(EINTR)
+    public static let wouldBlock = Errno(EAGAIN)
+    public static let notPermitted = Errno(EPERM)
+    public static let invalidArgument = Errno(EINVAL)
+    public static let addressInUse = Errno(EADDRINUSE)
+    public static let connectionRefused = Errno(ECONNREFUSED)
+    public static let connectionReset = Errno(ECONNRESET)
+    public static let timedOut = Errno(ETIMEDOUT)
+    public static let networkUnreachable = Errno(ENETUNREACH)
+    public static let hostUnreachable = Errno(EHOSTUNREACH)
+
+    public var description: String { String(cString: strerror(rawValue)) }
+}
+
 /// A failed system call with its errno, e.g. `open /dev/ttyS1: No such file or directory`.
 public struct SystemError: Error, Equatable, Sendable, CustomStringConvertible {
     public var operation: String
-    public var errno: Int32
+    public var errno: Errno
 
-    public init(_ operation: String, errno: Int32 = Glibc.errno) {
+    public init(_ operation: String, errno: Errno = .current) {
         self.operation = operation
         self.errno = errno
     }
 
-    public var description: String { "\(operation): \(String(cString: strerror(errno)))" }
+    public var description: String { "\(operation): \(errno)" }
 }
 
 /// Retries a call interrupted by a signal (EINTR); returns the result otherwise.

@@ -30,17 +30,17 @@ public enum UnixSocket {
     public static func checkPrivate(directory: String) throws(SystemError) {
         var st = stat()
         guard lstat(directory, &st) == 0 else { throw SystemError("stat \(directory)") }
-        guard st.st_mode & S_IFMT == S_IFDIR else { throw SystemError("\(directory) is not a directory", errno: ENOTDIR) }
-        guard st.st_uid == getuid() else { throw SystemError("\(directory) belongs to another user", errno: EPERM) }
+        guard st.st_mode & S_IFMT == S_IFDIR else { throw SystemError("\(directory) is not a directory", errno: Errno(ENOTDIR)) }
+        guard st.st_uid == getuid() else { throw SystemError("\(directory) belongs to another user", errno: Errno(EPERM)) }
         guard st.st_mode & 0o077 == 0 else {
-            throw SystemError("\(directory) is open to group or others (mode 0\(String(st.st_mode & 0o777, radix: 8)))", errno: EPERM)
+            throw SystemError("\(directory) is open to group or others (mode 0\(String(st.st_mode & 0o777, radix: 8)))", errno: .notPermitted)
         }
     }
 
     static func address(_ path: String) throws(SystemError) -> sockaddr_un {
         let bytes = Array(path.utf8)
         guard !bytes.isEmpty, bytes.count <= maximumPathLength, !bytes.contains(0) else {
-            throw SystemError("socket path \(path)", errno: ENAMETOOLONG)
+            throw SystemError("socket path \(path)", errno: Errno(ENAMETOOLONG))
         }
         var a = sockaddr_un()
         a.sun_family = sa_family_t(AF_UNIX)
@@ -65,7 +65,7 @@ public enum UnixSocket {
         var a = try address(path)
         var st = stat()
         if lstat(path, &st) == 0 {
-            guard st.st_mode & S_IFMT == S_IFSOCK else { throw SystemError("\(path) exists and is not a socket", errno: EEXIST) }
+            guard st.st_mode & S_IFMT == S_IFSOCK else { throw SystemError("\(path) exists and is not a socket", errno: Errno(EEXIST)) }
             // Without blocking: a listener there with a full backlog also means it is taken.
             var probeAddress = try address(path)
             let probe = try socket(nonBlocking: true)
@@ -75,7 +75,7 @@ public enum UnixSocket {
             let e = errno
             Glibc.close(probe)
             if r == 0 || e == EAGAIN || e == EINPROGRESS {
-                throw SystemError("\(path): another program answers there", errno: EADDRINUSE)
+                throw SystemError("\(path): another program answers there", errno: Errno(EADDRINUSE))
             }
             unlink(path)
         }
@@ -114,7 +114,7 @@ public enum UnixSocket {
         let fd = try connect(to: path)
         guard peerUser(fd).map({ $0 == getuid() || $0 == 0 }) == true else {
             Glibc.close(fd)
-            throw SystemError("\(path): the program listening there is another user's", errno: EPERM)
+            throw SystemError("\(path): the program listening there is another user's", errno: Errno(EPERM))
         }
         return fd
     }
@@ -127,7 +127,7 @@ public enum UnixSocket {
         defer { Glibc.close(p) }
         var st = stat()
         guard fstat(p, &st) == 0, st.st_mode & S_IFMT == S_IFSOCK else {
-            throw SystemError("\(path) is no longer the socket bound there", errno: EEXIST)
+            throw SystemError("\(path) is no longer the socket bound there", errno: Errno(EEXIST))
         }
         guard chmod("/proc/self/fd/\(p)", mode) == 0 else { throw SystemError("chmod \(path)") }
     }
@@ -140,7 +140,7 @@ public enum UnixSocket {
         let fd = try connect(to: path, timeout: timeout)
         guard let peer = peerUser(fd) else {
             Glibc.close(fd)
-            throw SystemError("\(path): the listening program's user cannot be told", errno: EPERM)
+            throw SystemError("\(path): the listening program's user cannot be told", errno: Errno(EPERM))
         }
         if peer == getuid() || peer == 0 { return fd }
         var socketStat = stat(), directoryStat = stat()
@@ -149,7 +149,7 @@ public enum UnixSocket {
             && stat(directory, &directoryStat) == 0 && directoryStat.st_uid == peer && directoryStat.st_mode & 0o022 == 0
         guard owned else {
             Glibc.close(fd)
-            throw SystemError("\(path): the program listening there (user \(peer)) does not own the socket and its directory", errno: EPERM)
+            throw SystemError("\(path): the program listening there (user \(peer)) does not own the socket and its directory", errno: .notPermitted)
         }
         return fd
     }

@@ -142,7 +142,7 @@ public func pb_channel_create(_ device: UnsafePointer<CChar>?, _ context: Unsafe
     }
     let loop: EventLoop
     do { loop = try EventLoop.sharedLoop() } catch {
-        errno = error.errno
+        errno = error.errno.rawValue
         return nil
     }
     return channels.insert { handle in
@@ -271,7 +271,7 @@ public func pb_service_open(_ directory: UnsafePointer<CChar>?, _ onEvent: Servi
         let made: Result<TerminalService, SystemError>
         do throws(SystemError) { made = .success(try TerminalService(directory: path)) } catch { made = .failure(error) }
         guard case let .success(service) = made else {
-            if case let .failure(e) = made { errno = e.errno }
+            if case let .failure(e) = made { errno = e.errno.rawValue }
             return nil
         }
         if let onEvent {

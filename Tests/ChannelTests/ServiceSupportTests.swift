@@ -27,7 +27,7 @@ import Testing
         let watcher = try DirectoryWatcher(loop: loop)
         var seen: [String] = []
         watcher.onChange = { c in if c.directory == directory { seen.append(c.name + (c.appeared ? "+" : "")) } }
-        #expect(watcher.watch(exactly: [directory: .contents, directory + "/missing": .names]) == [directory + "/missing": SystemError("watch \(directory)/missing", errno: ENOENT)])
+        #expect(watcher.watch(exactly: [directory: .contents, directory + "/missing": .names]) == [directory + "/missing": SystemError("watch \(directory)/missing", errno: Errno(ENOENT))])
         symlink("/dev/null", directory + "/line")
         try "x".write(toFile: directory + "/t1.conf", atomically: false, encoding: .utf8)
         unlink(directory + "/line")

@@ -66,7 +66,7 @@ struct CtlCommand {
         let socketPath = path ?? CtlCommand.defaultControlPath(environment: environment)
         let fd: Int32
         do { fd = try UnixSocket.connectToService(socketPath, timeout: timeout) } catch let e {
-            let hint = e.errno == EAGAIN ? " (no answer within the timeout)" : e.errno == EPERM ? "" : " (is `pppbridge serve` running?)"
+            let hint = e.errno == .wouldBlock ? " (no answer within the timeout)" : e.errno == .notPermitted ? "" : " (is `pppbridge serve` running?)"
             error("pppbridge ctl: \(e)" + hint)
             return 1
         }

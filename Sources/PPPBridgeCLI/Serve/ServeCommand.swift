@@ -106,9 +106,9 @@ struct ServeCommand {
         let directory = "/run/pppbridge"
         if mkdir(directory, 0o750) != 0 && errno != EEXIST { throw SystemError("mkdir \(directory)") }
         var st = stat()
-        guard lstat(directory, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { throw SystemError("\(directory) is not a directory", errno: ENOTDIR) }
+        guard lstat(directory, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { throw SystemError("\(directory) is not a directory", errno: Errno(ENOTDIR)) }
         guard st.st_uid == getuid(), st.st_mode & 0o022 == 0 else {
-            throw SystemError("\(directory) must be ours and not writable by group or others", errno: EPERM)
+            throw SystemError("\(directory) must be ours and not writable by group or others", errno: Errno(EPERM))
         }
         return directory + "/control"
     }

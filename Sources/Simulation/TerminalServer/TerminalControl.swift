@@ -43,11 +43,11 @@ public final class TerminalControl: @unchecked Sendable {
                 return (try? JSONParser.parse(reply)) ?? ["ok": false, "error": "unreadable answer"]
             }
             // The simulator's answers are short: one that never ends is not one.
-            guard buffer.count <= 1 << 20 else { throw SystemError("recv", errno: EMSGSIZE) }
+            guard buffer.count <= 1 << 20 else { throw SystemError("recv", errno: Errno(EMSGSIZE)) }
             var chunk = [UInt8](repeating: 0, count: 4096)
             let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw SystemError("recv", errno: n == 0 ? ECONNRESET : errno) }
+            guard n > 0 else { throw SystemError("recv", errno: n == 0 ? .connectionReset : .current) }
             buffer += chunk[0..<n]
         }
     }

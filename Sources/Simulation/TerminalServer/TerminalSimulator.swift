@@ -116,7 +116,7 @@ public final class TerminalSimulator: @unchecked Sendable {
                             throw TerminalStateFile.StateError(description: "\(path): cannot be written")
                         }
                     } catch {
-                        throw SystemError("state file \(error)", errno: EINVAL)
+                        throw SystemError("state file \(error)", errno: Errno(EINVAL))
                     }
                 }
                 var path = configuration.controlPath ?? ""
