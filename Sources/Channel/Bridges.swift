@@ -66,7 +66,7 @@ final class Bridges: StackApplication {
 
     private final class Bridge {
         let spec: BridgeSpec
-        var listener: Int32 = -1
+        var listener: FileDescriptor?
         let counters = Relay.Counter()
         var backoff = AcceptBackoff()
         /// While set, the listener is not watched (see `AcceptBackoff`).
@@ -128,8 +128,9 @@ final class Bridges: StackApplication {
         case .hostToTerminal, .hostToTerminalLocal:
             let address = spec.kind == .hostToTerminal ? IPv4Address(0) : IPv4Address(127, 0, 0, 1)
             do {
-                b.listener = try HostSocket.listen(on: TCPEndpoint(address, spec.port))
-                try loop.register(b.listener, events: EPOLLIN.rawValue, serving: host.loopClient) { [unowned self, weak b] _ in
+                let listener = try HostSocket.listen(on: TCPEndpoint(address, spec.port))
+                b.listener = listener
+                try loop.register(listener, events: EPOLLIN.rawValue, serving: host.loopClient) { [unowned self, weak b] _ in
                     guard let b else { return }
                     self.acceptHost(b, terminal: TCPEndpoint(peer, spec.port))
                 }
@@ -160,10 +161,10 @@ final class Bridges: StackApplication {
     private func closeListener(_ b: Bridge) {
         if let t = b.backoffTimer { loop.cancelTimer(t) }
         b.backoffTimer = nil
-        guard b.listener >= 0 else { return }
-        loop.unregister(b.listener)
-        Glibc.close(b.listener)
-        b.listener = -1
+        guard let listener = b.listener else { return }
+        loop.unregister(listener)
+        listener.close()
+        b.listener = nil
     }
 
     /// A host client: open the same port on the terminal through our stack.
@@ -171,9 +172,9 @@ final class Bridges: StackApplication {
         let now = loop.now
         // A budget per turn, as every handler has (the rest wait in the backlog).
         var accepted = 0
-        accepting: while b.listener >= 0 && accepted < StreamListener.acceptBudget {
+        accepting: while let listener = b.listener, accepted < StreamListener.acceptBudget {
             accepted += 1
-            switch HostSocket.accept(b.listener) {
+            switch HostSocket.accept(listener) {
             case .none:
                 break accepting
             case .outOfResources:
@@ -229,11 +230,12 @@ final class Bridges: StackApplication {
         let pause = b.backoff.failed()
         acceptBackoffs += 1
         log("bridge \(b.spec): out of descriptors, not accepting for \(pause)")
-        loop.setInterest(b.listener, 0)
+        guard let listener = b.listener else { return }
+        loop.setInterest(listener, 0)
         b.backoffTimer = loop.schedule(at: now + pause) { [weak self, weak b] in
-            guard let self, let b, b.listener >= 0 else { return }
+            guard let self, let b, let listener = b.listener else { return }
             b.backoffTimer = nil
-            self.loop.setInterest(b.listener, EPOLLIN.rawValue)
+            self.loop.setInterest(listener, EPOLLIN.rawValue)
         }
     }
 

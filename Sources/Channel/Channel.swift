@@ -13,7 +13,7 @@ public enum ChannelLine: Sendable, Equatable {
     case pty(linkedAt: String?, SerialLine.Options = SerialLine.Options())
     /// A descriptor handed to us (a socket or tty another program opened); each link runs on a
     /// duplicate of it, so it stays the caller's to close.
-    case descriptor(Int32)
+    case descriptor(FileDescriptor)
 }
 
 /// Everything a channel needs to know before it opens.
@@ -475,9 +475,9 @@ public final class Channel: @unchecked Sendable {
             case let .pty(link, options): line = try SerialLine(ptyLinkedAt: link, options: options)
             case let .descriptor(fd):
                 // Each link gets its own copy, so the descriptor can be opened again.
-                let copy = dup(fd)
+                let copy = dup(fd.rawValue)
                 guard copy >= 0 else { throw SystemError("dup descriptor \(fd)") }
-                line = try SerialLine(descriptor: copy)
+                line = try SerialLine(descriptor: FileDescriptor(copy))
             }
         } catch {
             finishOpen(.failure(.closed(.lineFailed(error.description))))

@@ -31,8 +31,8 @@ final class DNSRelay: StackApplication {
     /// Source ports are drawn from the kernel's ephemeral range, away from ports services use.
     private let sourcePorts: ClosedRange<UInt16>
     /// By the query's own socket.
-    private var queries = DNSRelayQueries<Int32>(capacity: DNSRelay.maximumInFlight, timeout: DNSRelay.timeout)
-    var counters: DNSRelayQueries<Int32>.Counters { queries.counters }
+    private var queries = DNSRelayQueries<FileDescriptor>(capacity: DNSRelay.maximumInFlight, timeout: DNSRelay.timeout)
+    var counters: DNSRelayQueries<FileDescriptor>.Counters { queries.counters }
     var log: (String) -> Void = { _ in }
 
     init(upstream: TCPEndpoint, loop: EventLoop, random: any RandomNumberGenerator = CSPRNG(),
@@ -89,11 +89,11 @@ final class DNSRelay: StackApplication {
         while let (from, payload) = host.stack?.receiveDatagram(port: port) {
             guard queries.admits(payload) else { continue }
             let upstreamID = UInt16.random(in: .min ... .max, using: &random)
-            guard let query = DNSRelayQueries<Int32>.upstreamQuery(payload, id: upstreamID), let fd = openSocket() else {
+            guard let query = DNSRelayQueries<FileDescriptor>.upstreamQuery(payload, id: upstreamID), let fd = openSocket() else {
                 queries.notSent()
                 continue
             }
-            let sent = query.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            let sent = query.withUnsafeBytes { Glibc.send(fd.rawValue, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             guard sent == query.count else {
                 closeSocket(fd)
                 queries.notSent()
@@ -115,7 +115,7 @@ final class DNSRelay: StackApplication {
     /// The terminal's part of the process's descriptors: each query in flight holds a socket.
     var share: DescriptorShare?
 
-    private func openSocket() -> Int32? {
+    private func openSocket() -> FileDescriptor? {
         guard share?.acquire() ?? true else { return nil }
         for _ in 0..<DNSRelay.bindAttempts {
             do {
@@ -130,22 +130,22 @@ final class DNSRelay: StackApplication {
         return nil
     }
 
-    private func closeSocket(_ fd: Int32) {
-        Glibc.close(fd)
+    private func closeSocket(_ fd: FileDescriptor) {
+        fd.close()
         share?.release()
     }
 
-    private func finish(_ fd: Int32) {
+    private func finish(_ fd: FileDescriptor) {
         queries.remove(fd)
         loop.unregister(fd)
         closeSocket(fd)
     }
 
     /// The upstream's answer on a query's socket: only one carrying the id we sent is taken.
-    private func answer(_ fd: Int32) {
+    private func answer(_ fd: FileDescriptor) {
         var buffer = [UInt8](repeating: 0, count: 65536)
         while queries.isWaiting(on: fd) {
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            let n = buffer.withUnsafeMutableBytes { recv(fd.rawValue, $0.baseAddress, $0.count, 0) }
             // Nothing more now, or an error queued for the socket (ICMP port unreachable): the
             // query stays until its deadline.
             guard n > 0 else { return }

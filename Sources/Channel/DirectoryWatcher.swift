@@ -30,7 +30,7 @@ public final class DirectoryWatcher {
     }
 
     public let loop: EventLoop
-    private let descriptor: Int32
+    private let descriptor: FileDescriptor
     private var watches: [String: Int32] = [:]
     private var interests: [String: Interest] = [:]
     /// Two paths to one directory (a link among its ancestors) share the kernel's watch.
@@ -45,9 +45,9 @@ public final class DirectoryWatcher {
         self.loop = loop
         let fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
         guard fd >= 0 else { throw SystemError("inotify_init1") }
-        descriptor = fd
+        descriptor = FileDescriptor(fd)
         do throws(SystemError) {
-            try loop.register(fd, events: EPOLLIN.rawValue) { [weak self] _ in self?.readEvents() }
+            try loop.register(descriptor, events: EPOLLIN.rawValue) { [weak self] _ in self?.readEvents() }
         } catch {
             Glibc.close(fd)
             throw error
@@ -56,7 +56,7 @@ public final class DirectoryWatcher {
 
     deinit {
         loop.unregister(descriptor)
-        Glibc.close(descriptor)
+        descriptor.close()
     }
 
     public var watched: Set<String> { Set(watches.keys) }
@@ -71,7 +71,7 @@ public final class DirectoryWatcher {
             directories[wd]?.remove(path)
             if directories[wd]?.isEmpty == true {
                 directories[wd] = nil
-                inotify_rm_watch(descriptor, wd)
+                inotify_rm_watch(descriptor.rawValue, wd)
             }
         }
         var failures: [String: SystemError] = [:]
@@ -80,7 +80,7 @@ public final class DirectoryWatcher {
             if watches[path] != nil && interests[path] == interest { continue }
             // Added to the watch's mask, not in place of it: two spellings of one directory (a
             // link on the way) share the kernel's watch, and neither may take the other's events.
-            let wd = inotify_add_watch(descriptor, path, interest.mask | UInt32(IN_MASK_ADD))
+            let wd = inotify_add_watch(descriptor.rawValue, path, interest.mask | UInt32(IN_MASK_ADD))
             guard wd >= 0 else {
                 failures[path] = SystemError("watch \(path)")
                 interests[path] = nil
@@ -123,7 +123,7 @@ public final class DirectoryWatcher {
         var buffer = [UInt8](repeating: 0, count: 16_384)
         var handled = 0
         while handled < DirectoryWatcher.eventsPerTurn {
-            let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { Glibc.read(descriptor, b.baseAddress, b.count) } }
+            let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { Glibc.read(descriptor.rawValue, b.baseAddress, b.count) } }
             guard n > 0 else { return }
             var changes: [Change] = []
             // struct inotify_event: wd, mask, cookie, len (4 bytes each), then len bytes of a
@@ -151,7 +151,7 @@ public final class DirectoryWatcher {
                             interests[d] = nil
                         }
                         directories[wd] = nil
-                        if mask & UInt32(IN_IGNORED) == 0 { inotify_rm_watch(descriptor, wd) }
+                        if mask & UInt32(IN_IGNORED) == 0 { inotify_rm_watch(descriptor.rawValue, wd) }
                     }
                     let appeared = mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0
                     for d in paths { changes.append(Change(directory: d, name: selfChanged ? "" : name, appeared: appeared)) }

@@ -63,7 +63,7 @@ public final class EventLoop: @unchecked Sendable {
     // Unchecked in release builds (docs/PERFORMANCE.md says why): plain values and standard
     // collections, never changed across a call back into this object.
     #if DEBUG
-    private var registrations: [Int32: Registration] = [:]
+    private var registrations: [FileDescriptor: Registration] = [:]
     private var clients: [ObjectIdentifier: LoopClient] = [:]
     private var clientDeadlines = DeadlineHeap<ObjectIdentifier>()
     private var ready: [ObjectIdentifier] = []
@@ -72,7 +72,7 @@ public final class EventLoop: @unchecked Sendable {
     private var timerBodies: [Int: () -> Void] = [:]
     private var deferred: [() -> Void] = []
     #else
-    @exclusivity(unchecked) private var registrations: [Int32: Registration] = [:]
+    @exclusivity(unchecked) private var registrations: [FileDescriptor: Registration] = [:]
     @exclusivity(unchecked) private var clients: [ObjectIdentifier: LoopClient] = [:]
     @exclusivity(unchecked) private var clientDeadlines = DeadlineHeap<ObjectIdentifier>()
     @exclusivity(unchecked) private var ready: [ObjectIdentifier] = []
@@ -140,27 +140,27 @@ public final class EventLoop: @unchecked Sendable {
     /// `client`, when given, is the client whose state the handler feeds: it is serviced in the
     /// same turn as the handler runs. The handler must do a bounded amount of work per call
     /// (a buffer, a few requests): the loop calls it again next turn while `fd` stays ready.
-    public func register(_ fd: Int32, events: UInt32, serving client: LoopClient? = nil, handler: @escaping Handler) throws(SystemError) {
+    public func register(_ fd: FileDescriptor, events: UInt32, serving client: LoopClient? = nil, handler: @escaping Handler) throws(SystemError) {
         var e = epoll_event()
         e.events = events
-        e.data.fd = fd
-        guard epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &e) == 0 else { throw SystemError("epoll_ctl add") }
+        e.data.fd = fd.rawValue
+        guard epoll_ctl(epoll, EPOLL_CTL_ADD, fd.rawValue, &e) == 0 else { throw SystemError("epoll_ctl add") }
         registrations[fd] = Registration(handler: handler, interest: events, client: client.map(ObjectIdentifier.init))
     }
 
     /// Changes what `fd` is watched for; nothing happens when it is already that.
-    public func setInterest(_ fd: Int32, _ events: UInt32) {
+    public func setInterest(_ fd: FileDescriptor, _ events: UInt32) {
         guard let current = registrations[fd]?.interest, current != events else { return }
         var e = epoll_event()
         e.events = events
-        e.data.fd = fd
-        if epoll_ctl(epoll, EPOLL_CTL_MOD, fd, &e) == 0 { registrations[fd]?.interest = events }
+        e.data.fd = fd.rawValue
+        if epoll_ctl(epoll, EPOLL_CTL_MOD, fd.rawValue, &e) == 0 { registrations[fd]?.interest = events }
     }
 
     /// Stops watching `fd` (before it is closed, so a reused number is never confused with it).
-    public func unregister(_ fd: Int32) {
+    public func unregister(_ fd: FileDescriptor) {
         guard registrations.removeValue(forKey: fd) != nil else { return }
-        _ = epoll_ctl(epoll, EPOLL_CTL_DEL, fd, nil)
+        _ = epoll_ctl(epoll, EPOLL_CTL_DEL, fd.rawValue, nil)
     }
 
     public var registeredDescriptors: Int { registrations.count }
@@ -337,7 +337,7 @@ public final class EventLoop: @unchecked Sendable {
                 while Glibc.read(wakeReader, &sink, sink.count) > 0 {}
                 continue
             }
-            guard let registration = registrations[fd] else { continue }
+            guard let registration = registrations[FileDescriptor(fd)] else { continue }
             if let client = registration.client { markReady(client) }
             registration.handler(events[i].events)
         }

@@ -66,7 +66,7 @@ enum HostSocket {
     }
 
     /// A listening socket on `address:port` (0.0.0.0 for every interface, 127.0.0.1 for loopback only).
-    static func listen(on endpoint: TCPEndpoint, backlog: Int32 = 128) throws(SystemError) -> Int32 {
+    static func listen(on endpoint: TCPEndpoint, backlog: Int32 = 128) throws(SystemError) -> FileDescriptor {
         let fd = try stream()
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
@@ -84,11 +84,11 @@ enum HostSocket {
             Glibc.close(fd)
             throw e
         }
-        return fd
+        return FileDescriptor(fd)
     }
 
     enum Accepted {
-        case client(Int32, TCPEndpoint)
+        case client(FileDescriptor, TCPEndpoint)
         /// No client now (or one that went away before we took it: the next turn tries again).
         case none
         /// The process or system is out of descriptors or memory; the client stays queued.
@@ -96,12 +96,12 @@ enum HostSocket {
     }
 
     /// The next pending client, non-blocking.
-    static func accept(_ listener: Int32) -> Accepted {
+    static func accept(_ listener: FileDescriptor) -> Accepted {
         var a = sockaddr_in()
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let fd = withUnsafeMutablePointer(to: &a) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { p in
-                retryingOnInterrupt { accept4(listener, p, &length, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)) }
+                retryingOnInterrupt { accept4(listener.rawValue, p, &length, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)) }
             }
         }
         return accepted(fd, endpoint(a))
@@ -115,13 +115,13 @@ enum HostSocket {
             default: return .none
             }
         }
-        return .client(fd, peer)
+        return .client(FileDescriptor(fd), peer)
     }
 
     /// Starts a non-blocking connect; the socket reports writable when it finished (check `pendingError`).
-    static func connect(to endpoint: TCPEndpoint, keepAlive: KeepAliveSettings? = nil, from source: IPv4Address? = nil) throws(SystemError) -> Int32 {
+    static func connect(to endpoint: TCPEndpoint, keepAlive: KeepAliveSettings? = nil, from source: IPv4Address? = nil) throws(SystemError) -> FileDescriptor {
         let fd = try stream()
-        if let keepAlive { setKeepAlive(fd, keepAlive) }
+        if let keepAlive { setKeepAlive(FileDescriptor(fd), keepAlive) }
         if let source {
             // Any free port on that address; the address must be this host's (EADDRNOTAVAIL).
             // The port is chosen at connect, per destination (IP_BIND_ADDRESS_NO_PORT): bound
@@ -147,17 +147,19 @@ enum HostSocket {
             Glibc.close(fd)
             throw e
         }
-        return fd
+        return FileDescriptor(fd)
     }
 
-    static func pendingError(_ fd: Int32) -> Int32 {
+    static func pendingError(_ descriptor: FileDescriptor) -> Int32 {
+        let fd = descriptor.rawValue
         var e: Int32 = 0
         var length = socklen_t(MemoryLayout<Int32>.size)
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &length)
         return e
     }
 
-    static func localEndpoint(_ fd: Int32) -> TCPEndpoint? {
+    static func localEndpoint(_ descriptor: FileDescriptor) -> TCPEndpoint? {
+        let fd = descriptor.rawValue
         var a = sockaddr_in()
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let r = withUnsafeMutablePointer(to: &a) {
@@ -170,12 +172,14 @@ enum HostSocket {
     /// terminal's own TCP already, and a reply written in two parts must not wait for the host
     /// application's delayed ACK (RFC 1122 §4.2.3.4 is the sender's choice to make, and the
     /// sender is the terminal).
-    static func setNoDelay(_ fd: Int32) {
+    static func setNoDelay(_ descriptor: FileDescriptor) {
+        let fd = descriptor.rawValue
         var on: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &on, socklen_t(MemoryLayout<Int32>.size))
     }
 
-    static func setKeepAlive(_ fd: Int32, _ k: KeepAliveSettings) {
+    static func setKeepAlive(_ descriptor: FileDescriptor, _ k: KeepAliveSettings) {
+        let fd = descriptor.rawValue
         var on: Int32 = 1
         var idle = k.idleSeconds, interval = k.probeIntervalSeconds, count = k.probeCount
         let size = socklen_t(MemoryLayout<Int32>.size)
@@ -186,7 +190,8 @@ enum HostSocket {
     }
 
     /// What the kernel holds for `fd` (nil when keep-alive is off).
-    static func keepAlive(of fd: Int32) -> KeepAliveSettings? {
+    static func keepAlive(of descriptor: FileDescriptor) -> KeepAliveSettings? {
+        let fd = descriptor.rawValue
         func get(_ level: Int32, _ name: Int32) -> Int32 {
             var v: Int32 = 0
             var length = socklen_t(MemoryLayout<Int32>.size)
@@ -200,7 +205,8 @@ enum HostSocket {
     }
 
     /// Sends what the socket takes now, never raising SIGPIPE; 0 when it would block.
-    static func send(_ fd: Int32, _ bytes: ArraySlice<UInt8>) throws(SystemError) -> Int {
+    static func send(_ descriptor: FileDescriptor, _ bytes: ArraySlice<UInt8>) throws(SystemError) -> Int {
+        let fd = descriptor.rawValue
         let n = bytes.withUnsafeBytes { b in retryingOnInterrupt { Glibc.send(fd, b.baseAddress, b.count, Int32(MSG_NOSIGNAL)) } }
         if n < 0 {
             if errno == EAGAIN || errno == EWOULDBLOCK { return 0 }
@@ -210,14 +216,15 @@ enum HostSocket {
     }
 
     /// Closes with a reset (SO_LINGER 0), so the host peer learns the connection failed.
-    static func closeWithReset(_ fd: Int32) {
+    static func closeWithReset(_ descriptor: FileDescriptor) {
+        let fd = descriptor.rawValue
         var l = linger(l_onoff: 1, l_linger: 0)
         setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, socklen_t(MemoryLayout<linger>.size))
         Glibc.close(fd)
     }
 
     /// A UDP socket from `localPort` (on every interface) connected to `endpoint`.
-    static func datagram(from localPort: UInt16, connectedTo endpoint: TCPEndpoint) throws(SystemError) -> Int32 {
+    static func datagram(from localPort: UInt16, connectedTo endpoint: TCPEndpoint) throws(SystemError) -> FileDescriptor {
         let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SystemError("socket") }
         var local = address(TCPEndpoint(.any, localPort))
@@ -238,6 +245,6 @@ enum HostSocket {
             Glibc.close(fd)
             throw e
         }
-        return fd
+        return FileDescriptor(fd)
     }
 }

@@ -20,10 +20,10 @@ public protocol NetworkAttachment: AnyObject {
     var pollAt: Instant? { get }
     func poll(now: Instant)
     /// Descriptors the session watches for input on the attachment's behalf.
-    var descriptors: [Int32] { get }
+    var descriptors: [FileDescriptor] { get }
     /// Called when one of `descriptors` is readable; `room` is how many bytes the line can
     /// still queue, so a fast source waits rather than growing memory.
-    func readable(_ descriptor: Int32, room: Int, now: Instant) throws(SystemError)
+    func readable(_ descriptor: FileDescriptor, room: Int, now: Instant) throws(SystemError)
     /// Lines for a person: counters on SIGUSR1 and at the end.
     func report() -> [String]
     /// True when the attachment has finished what it was asked to do (e.g. all pings sent and answered or timed out).

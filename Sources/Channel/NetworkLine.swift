@@ -77,6 +77,6 @@ extension SerialLine {
             s.flowControl = options.hardwareFlowControl ? .hardware : .none
             settings = s
         }
-        self.init(connected: fd, remote: address, comPort: settings, bitsPerSecond: options.speed)
+        self.init(connected: FileDescriptor(fd), remote: address, comPort: settings, bitsPerSecond: options.speed)
     }
 }

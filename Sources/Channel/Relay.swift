@@ -23,7 +23,7 @@ public struct TrafficCounters: Sendable, Equatable {
 /// not read fills our send buffer and we stop reading the host socket.
 final class Relay {
     let id: ConnectionID
-    let fd: Int32
+    let fd: FileDescriptor
     let counters: Counter
     /// The host socket finished connecting (accepted ones start connected).
     var hostConnected: Bool
@@ -74,7 +74,7 @@ final class Relay {
         var onChange: ((Relay, Bool) -> Void)?
     }
 
-    init(id: ConnectionID, fd: Int32, counters: Counter, hostConnected: Bool, stackEstablished: Bool, destination: String = "",
+    init(id: ConnectionID, fd: FileDescriptor, counters: Counter, hostConnected: Bool, stackEstablished: Bool, destination: String = "",
          source: String = "") {
         self.id = id
         self.fd = fd
@@ -229,7 +229,7 @@ final class RelayTable {
                 relays[r.id] = nil
                 r.attached = false
                 loop.unregister(r.fd)
-                Glibc.close(r.fd)
+                r.fd.close()
                 releaseDescriptor()
                 r.counters.value.active -= 1
                 r.counters.onChange?(r, false)
@@ -263,7 +263,7 @@ final class RelayTable {
                 return
             }
             let want = min(room, buffer.count)
-            let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { read(r.fd, b.baseAddress, want) } }
+            let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { read(r.fd.rawValue, b.baseAddress, want) } }
             if n > 0 {
                 host.stack!.write(r.id, buffer[0..<n], now: now)
                 r.counters.value.bytesToTerminal += n
@@ -312,7 +312,7 @@ final class RelayTable {
                 if host.stack!.read(r.id, maximum: buffer.count, appendingTo: &r.toHost, now: now) == 0 {
                     if host.atEndOfStream(r.id) {
                         r.stackEOF = true
-                        shutdown(r.fd, Int32(SHUT_WR))
+                        shutdown(r.fd.rawValue, Int32(SHUT_WR))
                     }
                     break
                 }
@@ -386,7 +386,7 @@ final class RelayTable {
         r.attached = false
         relays.removeValue(forKey: r.id)
         loop.unregister(r.fd)
-        if reset { HostSocket.closeWithReset(r.fd) } else { Glibc.close(r.fd) }
+        if reset { HostSocket.closeWithReset(r.fd) } else { r.fd.close() }
         releaseDescriptor()
         r.counters.value.active -= 1
         r.counters.onChange?(r, false)

@@ -7,7 +7,7 @@ import RemoteSerial
 /// program. Owns its descriptors and closes them on every path.
 public final class SerialLine {
     /// The descriptor PPP reads and writes (non-blocking).
-    public let descriptor: Int32
+    public let descriptor: FileDescriptor
     /// For a pty we created: the name other programs open.
     public let peerPath: String?
     /// For a pty we created: we hold the other side open until a program attaches, so the
@@ -54,7 +54,7 @@ public final class SerialLine {
             Glibc.close(fd)
             throw error
         }
-        descriptor = fd
+        descriptor = FileDescriptor(fd)
         peerPath = nil
         bitsPerSecond = SerialLine.pacingSpeed(fd)
         remote = nil
@@ -63,13 +63,13 @@ public final class SerialLine {
 
     /// Takes over a descriptor another program opened (a socket, a tty): made non-blocking,
     /// left in the mode it is in, closed with the line.
-    public init(descriptor fd: Int32) throws(SystemError) {
-        let flags = fcntl(fd, F_GETFL)
-        guard flags >= 0, fcntl(fd, F_SETFL, flags | O_NONBLOCK) == 0 else { throw SystemError("fcntl descriptor \(fd)") }
-        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+    public init(descriptor fd: FileDescriptor) throws(SystemError) {
+        let flags = fcntl(fd.rawValue, F_GETFL)
+        guard flags >= 0, fcntl(fd.rawValue, F_SETFL, flags | O_NONBLOCK) == 0 else { throw SystemError("fcntl descriptor \(fd.rawValue)") }
+        _ = fcntl(fd.rawValue, F_SETFD, FD_CLOEXEC)
         descriptor = fd
         peerPath = nil
-        bitsPerSecond = SerialLine.pacingSpeed(fd)
+        bitsPerSecond = SerialLine.pacingSpeed(fd.rawValue)
         remote = nil
         comPortSettings = nil
     }
@@ -100,7 +100,7 @@ public final class SerialLine {
             Glibc.close(master)
             throw error
         }
-        descriptor = master
+        descriptor = FileDescriptor(master)
         heldPeer = slave
         peerPath = name
         bitsPerSecond = nil
@@ -109,7 +109,7 @@ public final class SerialLine {
     }
 
     /// A line on the network: a non-blocking connection under way (see `NetworkLine`).
-    init(connected fd: Int32, remote: RemoteLineAddress, comPort: ComPortSettings?, bitsPerSecond: Int) {
+    init(connected fd: FileDescriptor, remote: RemoteLineAddress, comPort: ComPortSettings?, bitsPerSecond: Int) {
         descriptor = fd
         peerPath = nil
         self.bitsPerSecond = bitsPerSecond
@@ -179,7 +179,7 @@ public final class SerialLine {
     public func close() {
         guard !closed else { return }
         closed = true
-        Glibc.close(descriptor)
+        descriptor.close()
         if heldPeer >= 0 { Glibc.close(heldPeer) }
         heldPeer = -1
         // Only our own link: another line may have taken the name over since.

@@ -7,8 +7,8 @@ nonisolated(unsafe) private var signalPipeWriter: Int32 = -1
 /// Turns signals into calls on the loop (one watcher per process at a time): the handler only
 /// writes the signal's number to a pipe.
 public final class SignalWatcher {
-    private let reader: Int32
-    private let writer: Int32
+    private let reader: FileDescriptor
+    private let writer: FileDescriptor
     private let signals: [Int32]
     private unowned let loop: EventLoop
     private var cancelled = false
@@ -16,21 +16,21 @@ public final class SignalWatcher {
     public init(signals: [Int32], loop: EventLoop, handler: @escaping (Int32) -> Void) throws(SystemError) {
         var fds: [Int32] = [0, 0]
         guard pipe2(&fds, O_NONBLOCK | O_CLOEXEC) == 0 else { throw SystemError("pipe2") }
-        reader = fds[0]
-        writer = fds[1]
+        reader = FileDescriptor(fds[0])
+        writer = FileDescriptor(fds[1])
         self.signals = signals
         self.loop = loop
         do {
             try loop.register(reader, events: EPOLLIN.rawValue) { [reader] _ in
                 var b: UInt8 = 0
-                while read(reader, &b, 1) == 1 { handler(Int32(b)) }
+                while read(reader.rawValue, &b, 1) == 1 { handler(Int32(b)) }
             }
         } catch {
             Glibc.close(fds[0])
             Glibc.close(fds[1])
             throw error
         }
-        signalPipeWriter = writer
+        signalPipeWriter = writer.rawValue
         // A parent may have started us with these blocked; we must see them.
         var unblock = sigset_t()
         sigemptyset(&unblock)
@@ -55,8 +55,8 @@ public final class SignalWatcher {
         for s in signals { signal(s, SIG_DFL) }
         signalPipeWriter = -1
         loop.unregister(reader)
-        Glibc.close(reader)
-        Glibc.close(writer)
+        reader.close()
+        writer.close()
     }
 
     deinit { cancel() }

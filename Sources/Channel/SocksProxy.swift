@@ -524,7 +524,7 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
     /// `mayReachHost` false: the connection must not turn out to be to this host.
     private func connect(_ id: ConnectionID, _ request: SocksRequest, _ endpoint: TCPEndpoint, mayReachHost: Bool,
                          leftover: [UInt8], now: Instant) {
-        let fd: Int32
+        let fd: FileDescriptor
         guard relays.acquireDescriptor() else {
             note(.connectFailed, now: now, "\(endpoint): no descriptors left for this terminal")
             refuse(id, SocksNegotiation.failureReply(for: request.version, .generalFailure), now: now, why: "no descriptors left for this terminal")
@@ -612,7 +612,8 @@ final class SocksProxy: StackApplication, @unchecked Sendable {
     }
 
     /// The address a connected socket goes to (getpeername(2)).
-    static func peerAddress(_ fd: Int32) -> IPv4Address? {
+    static func peerAddress(_ descriptor: FileDescriptor) -> IPv4Address? {
+        let fd = descriptor.rawValue
         var a = sockaddr_in()
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
         let r = withUnsafeMutablePointer(to: &a) {

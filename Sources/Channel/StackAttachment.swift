@@ -303,8 +303,8 @@ public final class StackAttachment: NetworkAttachment {
         serve(now: now)
     }
 
-    public var descriptors: [Int32] { [] }
-    public func readable(_ descriptor: Int32, room: Int, now: Instant) throws(SystemError) {}
+    public var descriptors: [FileDescriptor] { [] }
+    public func readable(_ descriptor: FileDescriptor, room: Int, now: Instant) throws(SystemError) {}
 
     public func report() -> [String] {
         guard let stack else { return ["stack: link not up"] }

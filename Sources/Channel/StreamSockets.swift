@@ -8,7 +8,7 @@ import NetStack
 /// sockets). All methods run on the loop's thread.
 public final class StreamConnection {
     public let loop: EventLoop
-    public private(set) var descriptor: Int32
+    public private(set) var descriptor: FileDescriptor
     public let peer: TCPEndpoint?
     private var outgoing: [UInt8] = []
     private var connecting: Bool
@@ -23,7 +23,7 @@ public final class StreamConnection {
     /// Once, when an outgoing connection is established.
     public var onConnected: (() -> Void)?
 
-    init(loop: EventLoop, descriptor: Int32, peer: TCPEndpoint?, connecting: Bool) {
+    init(loop: EventLoop, descriptor: FileDescriptor, peer: TCPEndpoint?, connecting: Bool) {
         self.loop = loop
         self.descriptor = descriptor
         self.peer = peer
@@ -35,7 +35,7 @@ public final class StreamConnection {
     deinit {
         if !closed {
             loop.unregister(descriptor)
-            Glibc.close(descriptor)
+            descriptor.close()
         }
     }
 
@@ -99,7 +99,7 @@ public final class StreamConnection {
     }
 
     private func finishWriting() {
-        Glibc.shutdown(descriptor, Int32(SHUT_WR))
+        Glibc.shutdown(descriptor.rawValue, Int32(SHUT_WR))
         // Both directions done: the connection is over.
         if readDone { finish(nil) }
     }
@@ -109,7 +109,7 @@ public final class StreamConnection {
         guard !closed else { return }
         closed = true
         loop.unregister(descriptor)
-        if reset { HostSocket.closeWithReset(descriptor) } else { Glibc.close(descriptor) }
+        if reset { HostSocket.closeWithReset(descriptor) } else { descriptor.close() }
         onData = nil
         onClose = nil
         onConnected = nil
@@ -167,7 +167,7 @@ public final class StreamConnection {
             // not keep the loop from everyone else. epoll is level-triggered, so what is left
             // is read next turn.
             var buffer = [UInt8](repeating: 0, count: max(1, min(readLimit, StreamConnection.readBudget)))
-            let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { recv(descriptor, b.baseAddress, b.count, 0) } }
+            let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { recv(descriptor.rawValue, b.baseAddress, b.count, 0) } }
             if n > 0 {
                 onData?(Array(buffer[0..<n]))
                 return
@@ -194,7 +194,7 @@ public final class StreamConnection {
 /// `StreamConnection` handed to `onAccept`.
 public final class StreamListener {
     public let loop: EventLoop
-    public let descriptor: Int32
+    public let descriptor: FileDescriptor
     /// The TCP address it listens on; nil for a Unix socket.
     public let endpoint: TCPEndpoint?
     /// The Unix socket's path; nil for TCP.
@@ -230,7 +230,7 @@ public final class StreamListener {
     private var checksPeerUser = true
 
     /// Watches the listening socket `fd`; when that fails, it is closed (and its file removed).
-    private init(descriptor fd: Int32, endpoint: TCPEndpoint?, path: String?, loop: EventLoop,
+    private init(descriptor fd: FileDescriptor, endpoint: TCPEndpoint?, path: String?, loop: EventLoop,
                  onAccept: @escaping (StreamConnection) -> Void) throws(SystemError) {
         self.loop = loop
         descriptor = fd
@@ -240,7 +240,7 @@ public final class StreamListener {
         do throws(SystemError) {
             try loop.register(fd, events: EPOLLIN.rawValue) { [weak self] _ in self?.acceptAll() }
         } catch {
-            Glibc.close(fd)
+            fd.close()
             if let path { unlink(path) }
             throw error
         }
@@ -272,7 +272,7 @@ public final class StreamListener {
                 backoff.succeeded()
                 // A client whose user cannot be told is refused like another user's.
                 if path != nil, checksPeerUser, UnixSocket.peerUser(fd).map({ $0 == getuid() || $0 == 0 }) != true {
-                    Glibc.close(fd)
+                    fd.close()
                     continue
                 }
                 let c = StreamConnection(loop: loop, descriptor: fd, peer: path == nil ? peer : nil, connecting: false)
@@ -291,7 +291,7 @@ public final class StreamListener {
         if let t = backoffTimer { loop.cancelTimer(t) }
         backoffTimer = nil
         loop.unregister(descriptor)
-        Glibc.close(descriptor)
+        descriptor.close()
         if let path { unlink(path) }
         onAccept = nil
     }

@@ -50,8 +50,8 @@ func retryingOnInterrupt<T: BinaryInteger>(_ body: () -> T) -> T {
 
 /// Reads what is available from a non-blocking descriptor. nil when it would block;
 /// an empty array at end of file.
-func readAvailable(_ fd: Int32, into buffer: inout [UInt8]) throws(SystemError) -> Int? {
-    let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { read(fd, b.baseAddress, b.count) } }
+func readAvailable(_ fd: FileDescriptor, into buffer: inout [UInt8]) throws(SystemError) -> Int? {
+    let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { read(fd.rawValue, b.baseAddress, b.count) } }
     if n < 0 {
         if errno == EAGAIN || errno == EWOULDBLOCK { return nil }
         throw SystemError("read")
@@ -63,10 +63,10 @@ func readAvailable(_ fd: Int32, into buffer: inout [UInt8]) throws(SystemError) 
 /// line discipline holds (4 KiB) per read, however much waits behind it. Returns the bytes
 /// read. A read of 0 (the end of a stream, or a tty with VMIN 0 and nothing waiting) ends it
 /// like EAGAIN, and so does an error after some bytes: the caller's next read finds either.
-func fillAvailable(_ fd: Int32, into buffer: inout [UInt8]) throws(SystemError) -> Int {
+func fillAvailable(_ fd: FileDescriptor, into buffer: inout [UInt8]) throws(SystemError) -> Int {
     var count = 0
     while count < buffer.count {
-        let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { read(fd, b.baseAddress! + count, b.count - count) } }
+        let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { read(fd.rawValue, b.baseAddress! + count, b.count - count) } }
         if n < 0 {
             if errno == EAGAIN || errno == EWOULDBLOCK || count > 0 { break }
             throw SystemError("read")
@@ -78,8 +78,8 @@ func fillAvailable(_ fd: Int32, into buffer: inout [UInt8]) throws(SystemError) 
 }
 
 /// Writes as much as the descriptor takes now; returns the bytes written (0 when it would block).
-func writeSome(_ fd: Int32, _ bytes: ArraySlice<UInt8>) throws(SystemError) -> Int {
-    let n = bytes.withUnsafeBytes { b in retryingOnInterrupt { write(fd, b.baseAddress, b.count) } }
+func writeSome(_ fd: FileDescriptor, _ bytes: ArraySlice<UInt8>) throws(SystemError) -> Int {
+    let n = bytes.withUnsafeBytes { b in retryingOnInterrupt { write(fd.rawValue, b.baseAddress, b.count) } }
     if n < 0 {
         if errno == EAGAIN || errno == EWOULDBLOCK { return 0 }
         throw SystemError("write")

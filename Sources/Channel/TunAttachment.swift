@@ -9,7 +9,7 @@ import PPP
 public final class TunAttachment: NetworkAttachment {
     public let requestedName: String
     public private(set) var name: String
-    public let descriptor: Int32
+    public let descriptor: FileDescriptor
     private let output: (String) -> Void
     private var up = false
     /// The interface's MTU: the largest packet a read can return.
@@ -26,11 +26,11 @@ public final class TunAttachment: NetworkAttachment {
         guard fd >= 0 else { throw SystemError("open TUN \(name)") }
         requestedName = name
         self.name = String(decoding: actual.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
-        descriptor = fd
+        descriptor = FileDescriptor(fd)
         self.output = output
     }
 
-    deinit { Glibc.close(descriptor) }
+    deinit { descriptor.close() }
 
     public var finished: Bool { false }
 
@@ -47,7 +47,7 @@ public final class TunAttachment: NetworkAttachment {
 
     public func receive(packet: [UInt8], now: Instant) {
         guard up else { return }
-        let n = packet.withUnsafeBytes { Glibc.write(descriptor, $0.baseAddress, $0.count) }
+        let n = packet.withUnsafeBytes { Glibc.write(descriptor.rawValue, $0.baseAddress, $0.count) }
         // A full TUN queue drops, as a kernel interface would.
         if n == packet.count { packetsToKernel += 1 } else { writeDrops += 1 }
     }
@@ -59,9 +59,9 @@ public final class TunAttachment: NetworkAttachment {
 
     public var pollAt: Instant? { nil }
     public func poll(now: Instant) {}
-    public var descriptors: [Int32] { [descriptor] }
+    public var descriptors: [FileDescriptor] { [descriptor] }
 
-    public func readable(_ fd: Int32, room: Int, now: Instant) throws(SystemError) {
+    public func readable(_ fd: FileDescriptor, room: Int, now: Instant) throws(SystemError) {
         var buffer = [UInt8](repeating: 0, count: 65536)
         var budget = room
         // After the first, a packet is read only when the largest one would still fit: one read

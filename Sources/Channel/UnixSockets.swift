@@ -61,7 +61,7 @@ public enum UnixSocket {
     /// A listening socket at `path` with `mode` (0600: this user only). A socket file left there
     /// by a process that is gone is replaced; one that answers is not (two programs would not
     /// both be reachable), nor is anything that is not a socket.
-    public static func listen(at path: String, mode: mode_t, backlog: Int32 = 128) throws(SystemError) -> Int32 {
+    public static func listen(at path: String, mode: mode_t, backlog: Int32 = 128) throws(SystemError) -> FileDescriptor {
         var a = try address(path)
         var st = stat()
         if lstat(path, &st) == 0 {
@@ -104,16 +104,16 @@ public enum UnixSocket {
             unlink(path)
             throw e
         }
-        return fd
+        return FileDescriptor(fd)
     }
 
     /// A blocking connection to the socket at `path` (for command-line clients), refused unless
     /// the program listening there runs as this user or root: a socket someone else planted at
     /// that path must not be handed our commands (cards, PINs).
-    public static func connectToOwn(_ path: String) throws(SystemError) -> Int32 {
+    public static func connectToOwn(_ path: String) throws(SystemError) -> FileDescriptor {
         let fd = try connect(to: path)
         guard peerUser(fd).map({ $0 == getuid() || $0 == 0 }) == true else {
-            Glibc.close(fd)
+            fd.close()
             throw SystemError("\(path): the program listening there is another user's", errno: Errno(EPERM))
         }
         return fd
@@ -136,10 +136,10 @@ public enum UnixSocket {
     /// listening there runs as this user, as root, or as the user who owns the directory the
     /// socket is in (the service's runtime directory, writable by no one else) and the socket
     /// itself. Every call on it (the connect included) gives up after `timeout`.
-    public static func connectToService(_ path: String, timeout: Duration) throws(SystemError) -> Int32 {
+    public static func connectToService(_ path: String, timeout: Duration) throws(SystemError) -> FileDescriptor {
         let fd = try connect(to: path, timeout: timeout)
         guard let peer = peerUser(fd) else {
-            Glibc.close(fd)
+            fd.close()
             throw SystemError("\(path): the listening program's user cannot be told", errno: Errno(EPERM))
         }
         if peer == getuid() || peer == 0 { return fd }
@@ -148,7 +148,7 @@ public enum UnixSocket {
         let owned = lstat(path, &socketStat) == 0 && socketStat.st_uid == peer
             && stat(directory, &directoryStat) == 0 && directoryStat.st_uid == peer && directoryStat.st_mode & 0o022 == 0
         guard owned else {
-            Glibc.close(fd)
+            fd.close()
             throw SystemError("\(path): the program listening there (user \(peer)) does not own the socket and its directory", errno: .notPermitted)
         }
         return fd
@@ -156,7 +156,7 @@ public enum UnixSocket {
 
     /// A blocking connection to the socket at `path` (for command-line clients); with a
     /// `timeout`, the connect and every later send and receive give up after it (EAGAIN).
-    public static func connect(to path: String, timeout: Duration? = nil) throws(SystemError) -> Int32 {
+    public static func connect(to path: String, timeout: Duration? = nil) throws(SystemError) -> FileDescriptor {
         var a = try address(path)
         let fd = try socket(nonBlocking: false)
         if let timeout {
@@ -173,19 +173,19 @@ public enum UnixSocket {
             Glibc.close(fd)
             throw e
         }
-        return fd
+        return FileDescriptor(fd)
     }
 
     /// The next pending client, non-blocking (as `HostSocket.accept`, without an address).
-    static func accept(_ listener: Int32) -> HostSocket.Accepted {
-        let fd = retryingOnInterrupt { accept4(listener, nil, nil, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)) }
+    static func accept(_ listener: FileDescriptor) -> HostSocket.Accepted {
+        let fd = retryingOnInterrupt { accept4(listener.rawValue, nil, nil, Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)) }
         return HostSocket.accepted(fd, TCPEndpoint(IPv4Address(0, 0, 0, 0), 0))
     }
 
     /// The connecting process's user ID (SO_PEERCRED).
-    public static func peerUser(_ fd: Int32) -> uid_t? {
+    public static func peerUser(_ fd: FileDescriptor) -> uid_t? {
         var uid: UInt32 = 0
-        guard pppbridge_peer_uid(fd, &uid) == 0 else { return nil }
+        guard pppbridge_peer_uid(fd.rawValue, &uid) == 0 else { return nil }
         return uid
     }
 }

@@ -12,7 +12,7 @@ typealias ServiceScratch = ScratchDirectory
 
 /// A blocking client of a Unix socket, with a receive timeout so a test never hangs.
 private func connectUnix(_ path: String) throws -> Int32 {
-    try UnixSocket.connect(to: path, timeout: .seconds(5))
+    try UnixSocket.connect(to: path, timeout: .seconds(5)).rawValue
 }
 
 private func sendAll(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
@@ -394,7 +394,7 @@ private func receiveNow(_ fd: Int32) -> [UInt8]? {
         let scratch = try ServiceScratch()
         let path = scratch.path + "/control"
         let fd = try UnixSocket.listen(at: path, mode: 0o660)
-        defer { close(fd) }
+        defer { fd.close() }
         var st = stat()
         #expect(lstat(path, &st) == 0)
         #expect(st.st_mode & 0o777 == 0o660)
@@ -405,7 +405,7 @@ private func receiveNow(_ fd: Int32) -> [UInt8]? {
         let scratch = try ServiceScratch()
         let path = scratch.path + "/control"
         let fd = try UnixSocket.listen(at: path, mode: 0o600)
-        defer { close(fd) }
+        defer { fd.close() }
         var errors: [String] = []
         let started = monotonicNow()
         let status = CtlCommand(output: { _ in }, error: { errors.append($0) }).run(["--control", path, "--timeout", "0.3", "list"])

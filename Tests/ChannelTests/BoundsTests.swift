@@ -34,7 +34,7 @@ final class ScriptedTerminal {
     func turn(reading: Bool = true) {
         let now = monotonicNow()
         while reading {
-            let n = read(line.descriptor, &buffer, buffer.count)
+            let n = read(line.descriptor.rawValue, &buffer, buffer.count)
             guard n > 0 else { break }
             line.peerAttached()
             received?.append(contentsOf: buffer[0..<n])
@@ -66,7 +66,7 @@ final class ScriptedTerminal {
 
     private func flush() {
         guard !unsent.isEmpty else { return }
-        let n = unsent.withUnsafeBytes { write(line.descriptor, $0.baseAddress, $0.count) }
+        let n = unsent.withUnsafeBytes { write(line.descriptor.rawValue, $0.baseAddress, $0.count) }
         if n > 0 { unsent.removeFirst(n) }
     }
 
@@ -454,7 +454,7 @@ extension BoundsTests {
         var pair: [Int32] = [0, 0]
         try #require(socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0, &pair) == 0)
         close(pair[1])
-        let socket = try SerialLine(descriptor: pair[0])
+        let socket = try SerialLine(descriptor: FileDescriptor(pair[0]))
         defer { socket.close() }
         #expect(socket.bitsPerSecond == nil)
     }

@@ -188,12 +188,12 @@ private final class CountingClient: LoopClient {
         var fds: [Int32] = [0, 0]
         #expect(pipe2(&fds, O_NONBLOCK | O_CLOEXEC) == 0)
         defer {
-            loop.unregister(fds[0])
+            loop.unregister(FileDescriptor(fds[0]))
             close(fds[0])
             close(fds[1])
         }
         var handled = 0
-        try loop.register(fds[0], events: EPOLLIN.rawValue, serving: owner) { _ in
+        try loop.register(FileDescriptor(fds[0]), events: EPOLLIN.rawValue, serving: owner) { _ in
             var b: UInt8 = 0
             _ = read(fds[0], &b, 1)
             handled += 1

@@ -285,7 +285,7 @@ import Wire
                     if n > 0 {
                         o.written += n
                         pending.removeFirst(n)
-                        var ready = pollfd(fd: line.descriptor, events: Int16(POLLIN), revents: 0)
+                        var ready = pollfd(fd: line.descriptor.rawValue, events: Int16(POLLIN), revents: 0)
                         _ = poll(&ready, 1, 2_000)
                     }
                 }

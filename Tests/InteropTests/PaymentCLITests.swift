@@ -166,8 +166,9 @@ import Testing
 
     /// Sends `line` to the Unix socket at `path` and returns the first line that comes back.
     static func send(line: [UInt8], to path: String) throws -> String {
-        let fd = try UnixSocket.connect(to: path)
-        defer { close(fd) }
+        let socket = try UnixSocket.connect(to: path)
+        defer { socket.close() }
+        let fd = socket.rawValue
         var tv = timeval(tv_sec: 30, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
         var sent = 0

@@ -34,7 +34,7 @@ private func turnCost(idle: Int, turns: Int) -> Double {
     var byte: UInt8 = 1
     _ = write(fds[1], &byte, 1)
     do {
-        try loop.register(fds[0], events: UInt32(EPOLLIN.rawValue)) { _ in }
+        try loop.register(FileDescriptor(fds[0]), events: UInt32(EPOLLIN.rawValue)) { _ in }
     } catch { fail("register: \(error)") }
     // Settle: the first turns service every client once, as they are added.
     var count = 0
@@ -43,7 +43,7 @@ private func turnCost(idle: Int, turns: Int) -> Double {
     let start = DispatchTime.now().uptimeNanoseconds
     loop.run { count += 1; return count > turns }
     let elapsed = DispatchTime.now().uptimeNanoseconds - start
-    loop.unregister(fds[0])
+    loop.unregister(FileDescriptor(fds[0]))
     close(fds[0])
     close(fds[1])
     withExtendedLifetime(clients) {}

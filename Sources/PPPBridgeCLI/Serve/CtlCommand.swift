@@ -64,13 +64,13 @@ struct CtlCommand {
             return CommandLineTool.Status.usage
         }
         let socketPath = path ?? CtlCommand.defaultControlPath(environment: environment)
-        let fd: Int32
+        let fd: FileDescriptor
         do { fd = try UnixSocket.connectToService(socketPath, timeout: timeout) } catch let e {
             let hint = e.errno == .wouldBlock ? " (no answer within the timeout)" : e.errno == .notPermitted ? "" : " (is `pppbridge serve` running?)"
             error("pppbridge ctl: \(e)" + hint)
             return 1
         }
-        defer { close(fd) }
+        defer { fd.close() }
         guard CtlCommand.write(fd, Array((request.line + "\n").utf8)) else {
             error("pppbridge ctl: \(socketPath): \(String(cString: strerror(errno)))")
             return 1
@@ -80,7 +80,7 @@ struct CtlCommand {
         var first = true
         var buffer = [UInt8](repeating: 0, count: 65_536)
         while true {
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            let n = buffer.withUnsafeMutableBytes { recv(fd.rawValue, $0.baseAddress, $0.count, 0) }
             if n < 0 && errno == EINTR { continue }
             if n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) {
                 // A stream of events may be quiet for as long as it likes once it is answered.
@@ -136,10 +136,10 @@ struct CtlCommand {
         return try? ControlRequest.decode(Array(data)).get()
     }
 
-    static func write(_ fd: Int32, _ bytes: [UInt8]) -> Bool {
+    static func write(_ fd: FileDescriptor, _ bytes: [UInt8]) -> Bool {
         var sent = 0
         while sent < bytes.count {
-            let n = bytes[sent...].withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            let n = bytes[sent...].withUnsafeBytes { send(fd.rawValue, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { return false }
             sent += n

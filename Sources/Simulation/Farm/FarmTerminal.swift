@@ -151,8 +151,8 @@ final class FarmTerminal {
         guard !closed, !heldDown, let line, incarnation == nil else { return }
         // A silent terminal's line is there and nothing ever reads it.
         if behaviour == .silent { return }
-        let copy = dup(line.descriptor)
-        guard copy >= 0 else {
+        let copy = FileDescriptor(dup(line.descriptor.rawValue))
+        guard copy.rawValue >= 0 else {
             startFailures += 1
             farm.complain("\(linkPath): dup: \(SystemError("dup").description)")
             return scheduleRestart()
@@ -172,7 +172,7 @@ final class FarmTerminal {
                 t = try SimulatedTerminal(line: .descriptor(copy), echoPorts: [farm.echoPort(index)], link: link, loop: loop)
             }
         } catch {
-            Glibc.close(copy)
+            copy.close()
             startFailures += 1
             farm.complain("\(linkPath): \(error)")
             return scheduleRestart()
