@@ -42,8 +42,8 @@ public enum FramePrinter {
         case ProtocolNumber.mpls:
             return mpls(info)
         default:
-            let name = frame.protocol.name ?? "proto=0x" + Hex.string(BigEndian.bytes(frame.protocol.rawValue))
-            return PacketText("\(name) len=\(info.count)" + Hex.spaced(Array(info.prefix(32))) + (info.count > 32 ? " ..." : ""))
+            let name = frame.protocol.name ?? "proto=0x" + PppdHex.string(BigEndian.bytes(frame.protocol.rawValue))
+            return PacketText("\(name) len=\(info.count)" + PppdHex.spaced(Array(info.prefix(32))) + (info.count > 32 ? " ..." : ""))
         }
     }
 

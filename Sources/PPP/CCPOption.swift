@@ -20,7 +20,7 @@ public enum CCPOption {
             let window = Int(v[0] >> 4) + 8
             let method = v[0] & 0x0F
             return (o.type == 24 ? "deflate(old#) " : "deflate ") + "\(window)" + (method != 8 ? " method \(method)" : "")
-        default: return Hex.option(o)
+        default: return PppdHex.option(o)
         }
     }
 }
@@ -33,6 +33,6 @@ public enum IPV6CPOption {
             let groups = stride(from: 0, to: 8, by: 2).map { String(BigEndian.uint16(o.value, $0), radix: 16) }
             return "addr fe80::" + groups.joined(separator: ":")
         }
-        return Hex.option(o)
+        return PppdHex.option(o)
     }
 }

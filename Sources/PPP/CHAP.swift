@@ -53,9 +53,9 @@ public enum CHAPPacket: Sendable, Equatable {
     public var description: String {
         switch self {
         case let .challenge(id, value, name):
-            return "Challenge id=0x\(String(id, radix: 16)) <\(Hex.string(value))>, name = \(PrintableString.quoted(name))"
+            return "Challenge id=0x\(String(id, radix: 16)) <\(PppdHex.string(value))>, name = \(PrintableString.quoted(name))"
         case let .response(id, value, name):
-            return "Response id=0x\(String(id, radix: 16)) <\(Hex.string(value))>, name = \(PrintableString.quoted(name))"
+            return "Response id=0x\(String(id, radix: 16)) <\(PppdHex.string(value))>, name = \(PrintableString.quoted(name))"
         case let .success(id, message):
             return "Success id=0x\(String(id, radix: 16))" + (message.isEmpty ? "" : " " + PrintableString.quoted(message))
         case let .failure(id, message):

@@ -27,7 +27,7 @@ public enum ControlProtocolPrinter {
         case ProtocolNumber.pap, ProtocolNumber.chap: optionPrinter = nil
         default:
             guard proto.isControl else { return nil }
-            optionPrinter = Hex.option
+            optionPrinter = PppdHex.option
         }
         let name = proto.description
         let packet: ControlPacket
@@ -54,7 +54,7 @@ public enum ControlProtocolPrinter {
                 return PacketText("CHAP \(codeName(proto, packet.code)) id=0x\(String(packet.identifier, radix: 16)) malformed: \(error)", error: error)
             }
         default:
-            return negotiation(name: name, proto: proto, packet: packet, options: optionPrinter ?? Hex.option)
+            return negotiation(name: name, proto: proto, packet: packet, options: optionPrinter ?? PppdHex.option)
         }
     }
 
@@ -106,7 +106,7 @@ public enum ControlProtocolPrinter {
             break
         }
         // pppd prints what is left, at most 32 bytes.
-        text += Hex.spaced(Array(rest.prefix(32))) + (rest.count > 32 ? " ..." : "")
+        text += PppdHex.spaced(Array(rest.prefix(32))) + (rest.count > 32 ? " ..." : "")
         return PacketText(text, error: error)
     }
 

@@ -68,12 +68,12 @@ public enum IPCPOption: Sendable, Equatable {
             case ProtocolNumber(0x0037): name = "old-VJ"
             default: name = "0x\(String(p.rawValue, radix: 16))"
             }
-            return "compress \(name)" + Hex.spaced(data)
+            return "compress \(name)" + PppdHex.spaced(data)
         case let .ipAddress(a): return "addr \(a)"
         case let .primaryDNS(a): return "ms-dns1 \(a)"
         case let .secondaryDNS(a): return "ms-dns2 \(a)"
         case let .primaryNBNS(a), let .secondaryNBNS(a): return "ms-wins \(a)"
-        case let .other(o): return Hex.option(o)
+        case let .other(o): return PppdHex.option(o)
         }
     }
 }

@@ -87,33 +87,34 @@ public enum LCPOption: Sendable, Equatable {
         case let .asyncControlCharacterMap(a): return "asyncmap 0x\(String(a, radix: 16))"
         case let .authenticationProtocol(p, data):
             switch p {
-            case ProtocolNumber.pap: return "auth pap" + Hex.spaced(data)
+            case ProtocolNumber.pap: return "auth pap" + PppdHex.spaced(data)
             case ProtocolNumber.chap:
                 guard let algorithm = data.first else { return "auth chap" }
                 let names: [UInt8: String] = [5: "MD5", 0x80: "MS", 0x81: "MS-v2"]
-                return "auth chap " + (names[algorithm] ?? "0x" + String(algorithm, radix: 16)) + Hex.spaced(Array(data.dropFirst()))
-            case ProtocolNumber.eap: return "auth eap" + Hex.spaced(data)
-            default: return "auth 0x\(String(p.rawValue, radix: 16))" + Hex.spaced(data)
+                return "auth chap " + (names[algorithm] ?? "0x" + String(algorithm, radix: 16)) + PppdHex.spaced(Array(data.dropFirst()))
+            case ProtocolNumber.eap: return "auth eap" + PppdHex.spaced(data)
+            default: return "auth 0x\(String(p.rawValue, radix: 16))" + PppdHex.spaced(data)
             }
         case let .qualityProtocol(p, data):
-            return (p == ProtocolNumber.lqr ? "quality lqr" : "quality 0x\(String(p.rawValue, radix: 16))") + Hex.spaced(data)
+            return (p == ProtocolNumber.lqr ? "quality lqr" : "quality 0x\(String(p.rawValue, radix: 16))") + PppdHex.spaced(data)
         case let .magicNumber(m): return "magic 0x\(String(m, radix: 16))"
         case .protocolFieldCompression: return "pcomp"
         case .addressControlFieldCompression: return "accomp"
         case let .fcsAlternatives(bits): return "fcs 0x\(String(bits, radix: 16))"
         case let .callback(op, message):
-            return (op == 6 ? "callback CBCP" : "callback 0x\(String(op, radix: 16))") + Hex.spaced(message)
+            return (op == 6 ? "callback CBCP" : "callback 0x\(String(op, radix: 16))") + PppdHex.spaced(message)
         case let .multilinkMRRU(m): return "mrru \(m)"
         case let .endpointDiscriminator(c, address):
             let classes: [UInt8: String] = [0: "null", 1: "local", 2: "IP", 3: "MAC", 4: "magic", 5: "phone"]
-            return "endpoint [\(classes[c] ?? "class\(c)"):\(Hex.dotted(address))]"
-        case let .other(o): return Hex.option(o)
+            return "endpoint [\(classes[c] ?? "class\(c)"):\(PppdHex.dotted(address))]"
+        case let .other(o): return PppdHex.option(o)
         }
     }
 }
 
-/// Hex renderings used by the printers.
-public enum Hex {
+/// Hex as pppd's debug log prints it (lower case), for the printers; `Crypto.Hex` is the
+/// payment protocols' upper-case text.
+public enum PppdHex {
     /// " 0f 01" — a leading space, then each byte (pppd prints trailing option bytes so).
     public static func spaced(_ bytes: [UInt8]) -> String {
         bytes.map { " " + byte($0) }.joined()

@@ -104,7 +104,7 @@ import TestSupport
         #expect(try t.control(22).1.code == ControlCode.echoRequest)
         #expect(try t.control(23).1.code == ControlCode.echoReply)
         guard case let .challenge(6, value, name) = try CHAPPacket(t.control(24).1) else { Issue.record("#24 is not a Challenge id 6"); return }
-        #expect(Hex.string(value) == "fc8c01b224aaa09c1bcc011187406c1e")
+        #expect(PppdHex.string(value) == "fc8c01b224aaa09c1bcc011187406c1e")
         #expect(name == Array("pptpd".utf8))
         guard case let .response(6, response, responder) = try CHAPPacket(t.control(25).1) else { Issue.record("#25 is not a Response"); return }
         #expect(response.count == 49 && responder == Array("moxie".utf8))

@@ -51,7 +51,7 @@ import TestSupport
             #expect(rows.count == trace.frames.count)
             for (row, f) in zip(rows, trace.frames) {
                 let where_ = "\(name) frame #\(f.number) (\(row["frame.number"]))"
-                #expect(row["ppp.protocol"] == "0x" + Hex.string(BigEndian.bytes(f.frame.protocol.rawValue)), "\(where_)")
+                #expect(row["ppp.protocol"] == "0x" + PppdHex.string(BigEndian.bytes(f.frame.protocol.rawValue)), "\(where_)")
                 if linkType == .pppWithDirection, let d = f.direction {
                     // tshark shows the capturing side's sent frames as DTE → DCE (0), as for pppd logs.
                     #expect(row["ppp.direction"] == (d == .sent ? "0" : "1"), "\(where_)")

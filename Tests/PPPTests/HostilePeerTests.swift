@@ -134,7 +134,7 @@ func sentPackets(_ outputs: [NegotiationOutput]) -> [ControlPacket] {
         p.run(for: .seconds(10)) { $0.ipcpA != nil }
         let magic = p.a.lcp.policy.result.localMagic
         let challenge = try #require(challenges.first)
-        print("magic 0x\(String(magic, radix: 16)), challenge \(Hex.string(challenge))")
+        print("magic 0x\(String(magic, radix: 16)), challenge \(PppdHex.string(challenge))")
         #expect(challenge.count == Authenticator.challengeLength)
         // Each value is whole draws (n repeated), and no draw serves two of them.
         let magicDraw = UInt8(truncatingIfNeeded: magic)
