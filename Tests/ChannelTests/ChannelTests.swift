@@ -146,15 +146,8 @@ struct ChannelTests {
         // closed, less than a segment left): the relay stopped reading it because the host's
         // socket took no more.
         let full = TCPConfiguration().receiveBufferSize - 2 * 1460
-        var second = 0, stalled = false
-        for _ in 0..<3_000 {
-            if let c = connection(), c.unread >= full {
-                second = c.taken
-                stalled = true
-                break
-            }
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        let stalled = await eventually(within: .seconds(60)) { (connection()?.unread ?? 0) >= full }
+        let second = connection()?.taken ?? 0
         let toHost = rig.channel.bridgeStatus[0].traffic.bytesToHost
         #expect(stalled, "our receive buffer never filled: \(String(describing: connection()))")
         // The host's socket buffers are full; beyond them we hold at most one relay chunk and

@@ -237,7 +237,7 @@ import ChannelTestSupport
         // The first lookup answers late, for an id the second client now has.
         gates.value["first.test"]?.signal()
         // Until the late answer is in: the first lookup has returned, the second still runs.
-        for _ in 0..<500 where await loop.perform({ proxy.lookupsRunning }) > 1 { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(await eventually(within: .seconds(5), every: .milliseconds(10)) { await loop.perform { proxy.lookupsRunning } <= 1 })
         #expect(await loop.perform { proxy.lookupsRunning } == 1)
         await loop.perform { shuttle() }
         #expect(await loop.perform { proxy.connections.isEmpty }, "the late answer connected a client that asked for something else")
@@ -245,15 +245,12 @@ import ChannelTestSupport
         #expect(greeting == [5, 0])
         // The second client's own answer (no address) is what it gets.
         gates.value["second.test"]?.signal()
-        var finished = false
-        for _ in 0..<200 where !finished {
-            finished = await loop.perform { () -> Bool in
+        #expect(await eventually(within: .seconds(2), every: .milliseconds(10)) {
+            await loop.perform { () -> Bool in
                 shuttle()
                 return terminal.state(secondID) != .established || terminal.atEndOfStream(secondID)
             }
-            if !finished { try await Task.sleep(for: .milliseconds(10)) }
-        }
-        #expect(finished)
+        })
         let refusal = await loop.perform { terminal.read(secondID, now: loop.now) }
         #expect(refusal == SocksNegotiation.failureReply(for: .socks5, .hostUnreachable))
         await loop.perform { attachment.linkDown() }
@@ -575,7 +572,7 @@ struct SocksPolicyChannelTests {
         try rig.channel.addBridge(.hostToTerminalLocal, port: echoPort)
         let echoed = try #require(await Host.exchange(TCPEndpoint(IPv4Address(127, 0, 0, 1), echoPort), Host.random(5000, seed: 5)))
         #expect(echoed.bytes.count == 5000)
-        for _ in 0..<200 where reports.value.filter({ $0.phase == .closed }).count < 2 { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(await eventually(within: .seconds(4)) { reports.value.filter({ $0.phase == .closed }).count >= 2 })
         let seen = reports.value
         for report in seen { print("connection report: \(report)") }
         let refused = try #require(seen.first { $0.phase == .refused })
@@ -653,9 +650,7 @@ struct SocksPolicyChannelTests {
         for _ in 0..<40 {
             if case let .success(fd) = Host.connect(TCPEndpoint(IPv4Address(127, 0, 0, 1), port)) { close(fd) }
         }
-        for _ in 0..<500 where await loop.perform({ rig.channel.bridgeStatus[0].traffic.refused }) < 40 {
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        _ = await eventually(within: .seconds(5), every: .milliseconds(10)) { await loop.perform { rig.channel.bridgeStatus[0].traffic.refused } >= 40 }
         #expect(await loop.perform { rig.channel.bridgeStatus[0].traffic.refused } == 40)
         let burst = reports.value.count
         #expect(burst >= 16 && burst < 40, "\(burst) of 40 refusals reported")
@@ -663,7 +658,7 @@ struct SocksPolicyChannelTests {
         clock.leap(by: .seconds(2))
         await loop.fullTurn()
         if case let .success(fd) = Host.connect(TCPEndpoint(IPv4Address(127, 0, 0, 1), port)) { close(fd) }
-        for _ in 0..<500 where reports.value.count == burst { try await Task.sleep(for: .milliseconds(10)) }
+        _ = await eventually(within: .seconds(5), every: .milliseconds(10)) { reports.value.count > burst }
         let last = try #require(reports.value.last)
         #expect(last.phase == .refused && last.failure?.contains("and \(40 - burst) more refused since the last report") == true, "\(last)")
         await rig.cleanUp()
@@ -683,11 +678,7 @@ struct SocksPolicyChannelTests {
         let terminal = rig.terminal
         await terminal.loop.perform { terminal.add(silent) }
         // Bounded loosely: the full suite runs the VM tests beside this one on two cores.
-        for _ in 0..<1200 {
-            if await terminal.loop.perform({ silent.established }) { break }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        #expect(await terminal.loop.perform { silent.established })
+        #expect(await eventually(within: .seconds(60), every: .milliseconds(50)) { await terminal.loop.perform { silent.established } })
         // Half the timeout on: the client is still there.
         clock.leap(by: .seconds(30))
         await loop.fullTurn()
@@ -697,10 +688,7 @@ struct SocksPolicyChannelTests {
         clock.leap(by: .seconds(31))
         await loop.fullTurn()
         #expect(await loop.perform { rig.channel.status.proxyHandshakeTimeouts } == 1)
-        for _ in 0..<1200 {
-            if await terminal.loop.perform({ silent.closed }) != nil { break }
-            try await Task.sleep(for: .milliseconds(50))
-        }
+        _ = await eventually(within: .seconds(60), every: .milliseconds(50)) { await terminal.loop.perform { silent.closed } != nil }
         #expect(await terminal.loop.perform { silent.closed } == .reset)
         await rig.cleanUp()
     }

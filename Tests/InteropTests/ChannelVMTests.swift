@@ -5,6 +5,7 @@ import Foundation
 import Glibc
 import NetStack
 import Testing
+import TestSupport
 
 /// The channel (in this process) against Debian's pppd and Linux in the VM as the terminal:
 /// bridges both ways to and from servers in the guest, the ICPPP return codes, a local-only
@@ -43,10 +44,10 @@ struct ChannelVMTests {
         try channel.addBridge(.hostToTerminal, port: guestPort)
         let up = Host.random(1 << 20, seed: 11)
         var echoed: (bytes: [UInt8], clean: Bool)?
-        for _ in 0..<30 {
+        // Tried again while the guest's listener is not up yet.
+        _ = await eventually(within: .seconds(120), every: .milliseconds(500)) {
             echoed = await Host.exchange(TCPEndpoint(IPv4Address(127, 0, 0, 1), guestPort), up)
-            if echoed?.bytes.count == up.count { break }
-            try await Task.sleep(for: .milliseconds(500))  // the guest's listener is not up yet
+            return echoed?.bytes.count == up.count
         }
         #expect(echoed?.clean == true)
         #expect(echoed.map { Host.sha($0.bytes) } == Host.sha(up), "host→terminal bridge: \(echoed?.bytes.count ?? -1) bytes back")

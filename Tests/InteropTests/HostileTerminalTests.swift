@@ -2,6 +2,7 @@ import ChannelTestSupport
 import Foundation
 import NetStack
 import Testing
+import TestSupport
 
 /// A hostile terminal, end to end: our host role (`pppbridge run`) on a pty; on the other end
 /// our terminal role hands IP to the kernel through TUN in a network namespace the test makes,
@@ -77,10 +78,8 @@ struct HostileTerminalTests {
         let http = try ChildProcess("/usr/bin/python3", ["-m", "http.server", "--bind", "127.0.0.1", String(port)],
                                     output: NSTemporaryDirectory() + "pppbridge-http-\(port).log")
         defer { http.signal(SIGKILL); _ = http.waitBlocking(5) }
-        var serving = false
-        for _ in 0..<100 where !serving {
-            serving = (try? await runCommand("/usr/bin/curl", ["-s", "-o", "/dev/null", "http://127.0.0.1:\(port)/"], timeout: 5).status) == 0
-            if !serving { try await Task.sleep(for: .milliseconds(100)) }
+        let serving = await eventually(within: .seconds(10), every: .milliseconds(100)) {
+            (try? await runCommand("/usr/bin/curl", ["-s", "-o", "/dev/null", "http://127.0.0.1:\(port)/"], timeout: 5).status) == 0
         }
         #expect(serving, "the loopback web server did not answer")
         let url = "http://127.0.0.1:\(port)/"

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestSupport
 
 /// The Linux kernel's TCP as our stack's peer: the terminal side of the link runs
 /// `pppbridge run --role terminal --tun` inside a network namespace the test creates, so the
@@ -112,11 +113,8 @@ struct KernelTCPTests {
         // The kernel's RST reaches us.
         let before = await link.resetsReceived()
         #expect(try await link.client(["reset", KernelLink.hostAddress, "9"]).contains("reset sent"))
-        var after = await link.resetsReceived()
-        for _ in 0..<50 where after <= before {
-            try await Task.sleep(for: .milliseconds(100))
-            after = await link.resetsReceived()
-        }
+        _ = await eventually(within: .seconds(5), every: .milliseconds(100)) { await link.resetsReceived() > before }
+        let after = await link.resetsReceived()
         #expect(after > before, "resets in went from \(before) to \(after)")
         // The kernel's view: we offered window scaling and SACK, and it took them. With VJ on
         // the link we leave timestamps out (they would defeat the compression).

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import NetStack
 import Testing
+import TestSupport
 
 /// `pppbridge serve` as a service manager runs it: terminals (our stack in the terminal role,
 /// each its own `pppbridge run --pty` process) picked up from configuration files, driven with
@@ -70,12 +71,7 @@ import Testing
 
     /// Echoes through `port` within 10 s (a bridge added as the link opens may take a moment).
     static func eventuallyEchoes(_ port: UInt16) async -> Bool {
-        let deadline = Date().addingTimeInterval(10)
-        while Date() < deadline {
-            if await echoes(port) { return true }
-            try? await Task.sleep(for: .milliseconds(200))
-        }
-        return false
+        await eventually(within: .seconds(10), every: .milliseconds(200)) { await echoes(port) }
     }
 
     /// A private directory for one test, with `conf` and `lines` in it.
