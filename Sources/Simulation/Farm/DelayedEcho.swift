@@ -1,3 +1,4 @@
+import Channel
 import NetStack
 
 /// Echo (RFC 862) that answers each read `delay` after it came, as an application on our
