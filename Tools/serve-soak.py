@@ -19,8 +19,9 @@ Meanwhile workers send random data through the bridges and check it comes back i
 
 - crashes: serve or the simulator died (or serve did not exit 0 on SIGTERM);
 - reopened_late: a terminal that is healthy again (its device back, its silence or noise over,
-  its file back) not open within its holdoff plus 5 s (an edited or renamed file: from the end
-  of its old link's close, which is bounded on its own by RFC 1661's Terminate timers plus 5 s);
+  its file back) not open within its holdoff plus 5 s (an edited or renamed file: from when
+  serve lists it again after its old link's close, which is bounded on its own by serve's
+  close grace, RFC 1661's two Terminate-Requests, plus 5 s);
 - bytes_lost: bytes sent through a bridge of a link that was healthy for the whole transfer
   that did not come back intact;
 - fd_delta, rss_delta_percent: serve's descriptors and RSS after every terminal is removed,
@@ -53,9 +54,11 @@ from proc_stats import fd_count, rss_kib, rss_split
 HOLDOFF = 1
 GRACE = 5
 # An edited or renamed file closes its link first: LCP Terminate-Request until the peer's
-# Terminate-Ack, at most Max-Terminate (2) Restart timers (3 s) (RFC 1661 section 4.6). The
-# reopen is timed from when that close ends; the close is bounded on its own.
-CLOSE_BOUND = 2 * 3
+# Terminate-Ack, at most Max-Terminate (2) Restart timers (3 s) (RFC 1661 section 4.6), which
+# serve gives up on after its close grace of 7 s. Meanwhile the terminal is not listed (serve
+# lists no terminal it is retiring, nor the file waiting for it). The reopen is timed from when
+# the name is listed again; the close is bounded on its own.
+CLOSE_BOUND = 7
 
 
 
@@ -121,8 +124,12 @@ class Soak:
         self.present = {i: True for i in range(n)}  # its file is in the directory
         # Terminal -> (disturbed since, healthy again at or None while the fault lasts).
         self.disturbed = {}
-        # Terminals whose old link is letting go of the line (edit, rename): the name it has.
-        self.closing_name = {}
+        # Terminals whose file was edited or renamed: "changing" until the old link is seen to
+        # go (serve lists no terminal it is retiring, nor the file waiting for its line), then
+        # "closing" until the name is listed again.
+        self.replacing = {}
+        # How long each seen close of a replaced file's old link took (to its name listed again).
+        self.closes = []
         self.history = {i: [] for i in range(n)}  # (start, end) intervals, for the data check
         self.busy = {i: [] for i in range(n)}  # floods and pressure: excluded from the data check
         self.faults = 0
@@ -157,11 +164,14 @@ class Soak:
             return [i for i in range(self.args.terminals)
                     if i not in self.standing and i not in self.control_group and i not in self.disturbed]
 
-    def begin(self, i, kind, ends_in):
-        """Terminal i is disturbed from now; healthy again `ends_in` seconds on."""
+    def begin(self, i, kind, ends_in, replacing=False):
+        """Terminal i is disturbed from now; healthy again `ends_in` seconds on (or, when its
+        file was replaced, once serve lists it again)."""
         now = time.time()
         with self.lock:
             self.disturbed[i] = (now, now + ends_in)
+            if replacing:
+                self.replacing[i] = "changing"
             self.last_kind[i] = kind
             self.faults += 1
             self.kinds[kind] = self.kinds.get(kind, 0) + 1
@@ -190,16 +200,15 @@ class Soak:
             self.begin(i, kind, d)
             sim.request({"cmd": "silence", "terminal": i, "for": d})
         elif kind == "edit":
-            self.begin(i, kind, 0)
-            self.closing_name[i] = self.fileName[i]
+            self.begin(i, kind, 0, replacing=True)
             self.write_conf(i, echo=self.rng.choice([1, 2]))
         elif kind == "rename":
-            self.begin(i, kind, 0)
             old = self.fileName[i]
-            self.closing_name[i] = old
             new = f"t{i}" if old != f"t{i}" else f"t{i}-renamed"
+            with self.lock:
+                self.fileName[i] = new
+            self.begin(i, kind, 0, replacing=True)
             os.rename(os.path.join(self.conf, old + ".conf"), os.path.join(self.conf, new + ".conf"))
-            self.fileName[i] = new
         elif kind == "remove":
             away = self.rng.uniform(1, 4)
             self.begin(i, kind, away)
@@ -287,24 +296,44 @@ class Soak:
                 for i, (start, healthy_at) in list(self.disturbed.items()):
                     if not self.present[i] or now < healthy_at:
                         continue
-                    closing = self.closing_name.get(i)
-                    if closing is not None:
-                        if states.get(closing) == "closing":
-                            if now - start > CLOSE_BOUND + GRACE + 0.5:
-                                self.reopened_late.append((i, self.last_kind.get(i), "close", round(now - start, 1)))
-                                del self.closing_name[i]
-                            else:
-                                # Still waiting for the peer's Terminate-Ack: the reopen's clock
-                                # starts when the close ends.
-                                self.disturbed[i] = (start, now)
-                                continue
+                    phase = self.replacing.get(i)
+                    state = states.get(self.fileName[i])
+                    if phase == "changing":
+                        if state is None:
+                            phase = self.replacing[i] = "closing"
+                        elif state != "open":
+                            # Already the new terminal: its reopen is timed from now.
+                            del self.replacing[i]
+                            self.disturbed[i] = (start, now)
+                            continue
+                        elif now - start > 2:
+                            # The change was never seen (a close quicker than a poll): timed
+                            # from the fault, as any other.
+                            del self.replacing[i]
                         else:
-                            del self.closing_name[i]
+                            self.disturbed[i] = (start, now)
+                            continue
+                    if phase == "closing":
+                        if state is not None:
+                            del self.replacing[i]
+                            self.closes.append(healthy_at - start)
+                        elif now - start > CLOSE_BOUND + GRACE + 0.5:
+                            # The old link never let go: counted once, then no longer watched.
+                            self.reopened_late.append((i, self.last_kind.get(i), "close", round(now - start, 1)))
+                            self.history[i].append((start, now))
+                            del self.disturbed[i]
+                            del self.replacing[i]
+                            continue
+                        else:
+                            # The old link is still closing: the reopen's clock starts when
+                            # serve lists the terminal again.
+                            self.disturbed[i] = (start, now)
+                            continue
                     if states.get(self.fileName[i]) == "open" and now - healthy_at > 0.3:
                         late = now - healthy_at
                         self.history[i].append((start, now))
                         del self.disturbed[i]
-                        self.closing_name.pop(i, None)
+                        self.replacing.pop(i, None)
                         self.reopened += 1
                         if late > HOLDOFF + GRACE + 0.5:
                             self.reopened_late.append((i, self.last_kind.get(i), round(late, 1)))
@@ -313,7 +342,7 @@ class Soak:
                         self.reopened_late.append((i, self.last_kind.get(i), "never"))
                         self.history[i].append((start, now))
                         del self.disturbed[i]
-                        self.closing_name.pop(i, None)
+                        self.replacing.pop(i, None)
             if self.stop.is_set() and time.time() > self.stop_time + 90:
                 break
             time.sleep(0.5)
@@ -573,7 +602,8 @@ def main():
             crashes.append("serve did not stop")
         print(f"faults by kind: {json.dumps(soak.kinds, sort_keys=True)}")
         print(f"transfers {soak.transfers} ({soak.bytes_checked} B on healthy links checked, {soak.interrupted} crossed a fault); "
-              f"{soak.reopened} recoveries")
+              f"{soak.reopened} recoveries; {len(soak.closes)} closes of an edited or renamed file's link seen"
+              + (f", the longest {max(soak.closes):.1f} s" if soak.closes else ""))
         if soak.losses:
             print(f"losses (terminal, sent, got, at s, took s): {soak.losses[:10]}")
         if soak.reopened_late:

@@ -476,7 +476,7 @@ public final class Channel: @unchecked Sendable {
             case let .descriptor(fd):
                 // Each link gets its own copy, so the descriptor can be opened again.
                 let copy = dup(fd.rawValue)
-                guard copy >= 0 else { throw SystemError("dup descriptor \(fd)") }
+                guard copy >= 0 else { throw SystemError("dup descriptor \(fd.rawValue)") }
                 line = try SerialLine(descriptor: FileDescriptor(copy))
             }
         } catch {

@@ -76,8 +76,7 @@ func sharedTrace(_ name: String) throws -> String {
     }
 
     @Test func unreadableFilesGiveOneLineAndExitTwo() throws {
-        let dir = NSTemporaryDirectory() + "pppbridge-cli-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let dir = try TemporaryDirectory.make("cli")
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let garbage = dir + "/garbage.bin"
         #expect(FileManager.default.createFile(atPath: garbage, contents: Data("hello, not a capture".utf8)))
@@ -125,8 +124,7 @@ func sharedTrace(_ name: String) throws -> String {
     }
 
     @Test func writesAPcapThatReadsBackTheSame() throws {
-        let dir = NSTemporaryDirectory() + "pppbridge-cli-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let dir = try TemporaryDirectory.make("cli")
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let source = try sharedTrace("pppd-record_escaped.pppd")
         for (flag, linkType) in [("ppp", Int32(9)), ("ppp-with-dir", Int32(204))] {

@@ -4,13 +4,13 @@ import Glibc
 @testable import PPPBridgeCLI
 @testable import Service
 import Testing
+import TestSupport
 
 /// A scratch directory removed when the test ends.
 final class Scratch {
     let path: String
     init() throws {
-        path = NSTemporaryDirectory() + "pppbridge-cli-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        path = try TemporaryDirectory.make("cli")
     }
     func file(_ name: String, _ bytes: [UInt8], mode: Int = 0o600) -> String {
         let p = path + "/" + name

@@ -120,8 +120,7 @@ extension ClosedWindowSink {
 @Suite(.serialized, .timeLimit(.minutes(10)))
 struct BoundsTests {
     private static func directory() throws -> String {
-        let d = NSTemporaryDirectory() + "pppbridge-bounds-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true)
+        let d = try TemporaryDirectory.make("bounds")
         return d
     }
 

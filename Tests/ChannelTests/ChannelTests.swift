@@ -20,8 +20,7 @@ final class PtyRig: @unchecked Sendable {
     let echoPorts: [UInt16]
 
     init(echoPorts: [UInt16] = [], loop: EventLoop = .shared, configure: (inout ChannelConfiguration) -> Void = { _ in }) throws {
-        directory = NSTemporaryDirectory() + "pppbridge-channel-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        directory = try TemporaryDirectory.make("channel")
         linePath = directory + "/line"
         self.echoPorts = echoPorts
         terminal = try SimulatedTerminal(line: .pty(linkedAt: linePath), echoPorts: echoPorts)
@@ -146,8 +145,13 @@ struct ChannelTests {
         // closed, less than a segment left): the relay stopped reading it because the host's
         // socket took no more.
         let full = TCPConfiguration().receiveBufferSize - 2 * 1460
-        let stalled = await eventually(within: .seconds(60)) { (connection()?.unread ?? 0) >= full }
-        let second = connection()?.taken ?? 0
+        // What the terminal had sent when our buffer filled, taken in the same look.
+        var second = 0
+        let stalled = await eventually(within: .seconds(60)) {
+            guard let c = connection(), c.unread >= full else { return false }
+            second = c.taken
+            return true
+        }
         let toHost = rig.channel.bridgeStatus[0].traffic.bytesToHost
         #expect(stalled, "our receive buffer never filled: \(String(describing: connection()))")
         // The host's socket buffers are full; beyond them we hold at most one relay chunk and

@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import NetStack
 import Testing
+import TestSupport
 @testable import Channel
 
 /// The pieces `serve` stands on: line assembly for control sockets, the directory watcher and
@@ -20,8 +21,7 @@ import Testing
     }
 
     @Test func theWatcherReportsNamesAppearingAndGoing() throws {
-        let directory = NSTemporaryDirectory() + "pppbridge-watch-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let directory = try TemporaryDirectory.make("watch")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let loop = try EventLoop()
         let watcher = try DirectoryWatcher(loop: loop)

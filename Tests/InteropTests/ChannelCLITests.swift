@@ -5,13 +5,13 @@ import Glibc
 import NetStack
 import Simulation
 import Testing
+import TestSupport
 
 /// `pppbridge run` with bridges and the proxy, against a simulated terminal (our stack in the
 /// terminal role, in this process) on the pty the tool creates.
 @Suite(.serialized) struct ChannelCLITests {
     @Test func runBridgesToTheTerminalAndWritesItsStatus() async throws {
-        let directory = NSTemporaryDirectory() + "pppbridge-cli-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let directory = try TemporaryDirectory.make("cli")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let link = directory + "/line", status = directory + "/status.json"
         let port = Host.freePort()
@@ -54,8 +54,7 @@ import Testing
     }
 
     @Test func aBridgePortInUseIsReportedWithItsCode() async throws {
-        let directory = NSTemporaryDirectory() + "pppbridge-cli-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let directory = try TemporaryDirectory.make("cli")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let link = directory + "/line"
         let port = Host.freePort()

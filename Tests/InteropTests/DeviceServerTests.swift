@@ -2,6 +2,7 @@ import ChannelTestSupport
 import Foundation
 import NetStack
 import Testing
+import TestSupport
 
 /// Debian's ser2net, a real serial device server, with a simulated terminal's pty on its far
 /// side: our lines as `tcp:HOST:PORT` (raw) and `rfc2217:HOST:PORT` (telnet with
@@ -105,8 +106,7 @@ final class DeviceServerRig {
     let server: DeviceServer
 
     init() async throws {
-        directory = NSTemporaryDirectory() + "pppbridge-s2n-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        directory = try TemporaryDirectory.make("s2n")
         simulator = try SimulatorProcess(directory: directory)
         guard let device = await simulator.device() else {
             simulator.stop()

@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 import Channel
 import Testing
+import TestSupport
 
 /// The payment commands as a person runs them: `pppbridge gateway` and `pppbridge terminal` as
 /// processes, then `pppbridge pay`, `refund`, `reader discover|connect|update` against them.
@@ -30,8 +31,7 @@ import Testing
     }
 
     @Test func payRefundAndUpdateFromTheCommandLine() async throws {
-        let directory = NSTemporaryDirectory() + "pppbridge-paycli-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let directory = try TemporaryDirectory.make("paycli")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let port = Host.freePort()
         let gateway = try Service(["gateway", "--port", "\(port)", "--offer-update", "1.1.0", "--update-size", "30000",

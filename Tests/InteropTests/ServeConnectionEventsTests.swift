@@ -4,13 +4,14 @@ import Foundation
 import NetStack
 import Simulation
 import Testing
+import TestSupport
 
 /// `serve`'s control socket streams every connection through a terminal's proxy and bridges
 /// (`pppbridge ctl events`): a proxy request refused by the rules, with what was asked and
 /// why, and one that carried data, opened and closed under one number with its bytes.
 @Suite(.serialized, .timeLimit(.minutes(3))) struct ServeConnectionEventsTests {
     @Test func theControlSocketStreamsEachProxyConnection() async throws {
-        let dir = NSTemporaryDirectory() + "pppbridge-events-\(UUID().uuidString.prefix(8))"
+        let dir = try TemporaryDirectory.make("events")
         try FileManager.default.createDirectory(atPath: dir + "/conf", withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let port = Host.freePort(), refusedPort = Host.freePort()

@@ -76,10 +76,9 @@ import TestSupport
 
     /// A private directory for one test, with `conf` and `lines` in it.
     static func makeDirectories() throws -> (directory: String, conf: String, lines: String) {
-        let directory = NSTemporaryDirectory() + "pppbridge-serve-\(UUID().uuidString.prefix(8))"
+        let directory = try TemporaryDirectory.make("serve")
         let conf = directory + "/conf", lines = directory + "/lines"
-        for d in [directory, conf, lines] { try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true) }
-        chmod(directory, 0o700)
+        for d in [conf, lines] { try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true) }
         return (directory, conf, lines)
     }
 
@@ -288,8 +287,7 @@ import TestSupport
     /// a missing device, and a descriptor limit too low for the loop: errors, never a trap or a
     /// hang (`Tools/CExample/pb_handles.c`).
     @Test func theCAPINeverKillsOrHangsItsHost() async throws {
-        let directory = NSTemporaryDirectory() + "pppbridge-capi-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let directory = try TemporaryDirectory.make("capi")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let program = try await Self.compileCExample("pb_handles", into: directory)
         let run = try await runCommand(program, [], timeout: 60)
@@ -317,8 +315,7 @@ import TestSupport
     }
 
     @Test func theCExampleBuildsAndDrivesAChannel() async throws {
-        let directory = NSTemporaryDirectory() + "pppbridge-capi-\(UUID().uuidString.prefix(8))"
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let directory = try TemporaryDirectory.make("capi")
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let example = try await Self.compileCExample("pb_example", into: directory)
         let link = directory + "/line", port = Host.freePort()
