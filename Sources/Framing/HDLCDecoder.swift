@@ -67,17 +67,21 @@ public struct HDLCDecoder: Sendable {
         self.receiveACCM = receiveACCM
         self.classes = HDLCDecoder.makeClasses(receiveACCM)
         self.scanMode = ScanMode(accm: receiveACCM, accmOnly: true)
-        self.buffer = [UInt8](repeating: 0, count: HDLCDecoder.capacity(mru: mru))
+        self.buffer = [UInt8](repeating: 0, count: HDLCDecoder.capacity(mru: mru) + HDLCDecoder.blockSlack)
     }
 
     /// Header (FF 03 and two protocol bytes), information and the longest FCS.
     private static func capacity(mru: Int) -> Int { 4 + mru + 4 }
 
+    /// Room after the frame's own, where the fast path stores a whole 16-byte block of which
+    /// only the plain bytes are counted.
+    private static let blockSlack = 16
+
     /// Changes the MRU (after LCP negotiates it). A frame in progress is kept when it fits.
     public mutating func setMRU(_ newValue: Int) {
         mru = newValue
-        var resized = [UInt8](repeating: 0, count: HDLCDecoder.capacity(mru: newValue))
-        if length <= resized.count {
+        var resized = [UInt8](repeating: 0, count: HDLCDecoder.capacity(mru: newValue) + HDLCDecoder.blockSlack)
+        if length <= HDLCDecoder.capacity(mru: newValue) {
             resized.replaceSubrange(0..<length, with: buffer[0..<length])
         } else {
             overflowed = true
@@ -122,52 +126,54 @@ public struct HDLCDecoder: Sendable {
         let mode = scanMode
         return storage.withUnsafeMutableBufferPointer { bufferPointer -> Int in
             let buf = bufferPointer.baseAddress!
-            let capacity = bufferPointer.count
+            let capacity = bufferPointer.count - HDLCDecoder.blockSlack
             var i = 0
             while i < n {
-                // Fast path, inside a frame: find the next byte that is not plain data (sixteen
-                // at a time, then eight, where the lowest flagged byte of a word is exactly the
-                // first special one), copy the run before it as one block, and take an escape pair
-                // in place. Whatever else needs the state machine (a flag, an ignored byte,
-                // an escape split across chunks or followed by a special byte) leaves it.
+                // Fast path, inside a frame. Escape pairs are taken one after another as they
+                // come (a peer may escape every byte); a run of plain bytes is scanned sixteen at
+                // a time, each block stored whole into the buffer's slack and counted only up to
+                // its first special byte. Whatever else needs the state machine (a flag, an
+                // ignored byte, an escape split across chunks or followed by a special byte)
+                // leaves it. `length <= capacity` holds throughout, so a block always fits.
                 fast: while !hunting && !escaped && !overflowed && i < n {
-                    var j = i
-                    if case .table = mode {} else {
-                        while j + 16 <= n && !mode.blockMayContainSpecial(p.loadUnaligned(fromByteOffset: j, as: SIMD16<UInt8>.self)) {
-                            j += 16
-                        }
-                        while j + 8 <= n {
-                            let special = mode.specialBytes(p.loadUnaligned(fromByteOffset: j, as: UInt64.self))
-                            if special != 0 {
-                                j += special.trailingZeroBitCount >> 3
-                                break
-                            }
-                            j += 8
-                        }
-                    }
-                    while j < n && cls[Int(p.load(fromByteOffset: j, as: UInt8.self))] == 0 { j += 1 }
-                    let run = j - i
-                    if run > 0 {
-                        guard length + run <= capacity else {
+                    while i + 1 < n && p.load(fromByteOffset: i, as: UInt8.self) == HDLC.escape {
+                        let value = p.load(fromByteOffset: i + 1, as: UInt8.self)
+                        guard cls[Int(value)] == 0 else { break fast }
+                        guard length < capacity else {
                             overflowed = true
                             length = 0
                             break fast
                         }
-                        (buf + length).update(from: (p + i).assumingMemoryBound(to: UInt8.self), count: run)
-                        length += run
-                        i = j
+                        buf[length] = value ^ HDLC.escapeXOR
+                        length += 1
+                        i += 2
                     }
-                    guard i + 1 < n, cls[Int(p.load(fromByteOffset: i, as: UInt8.self))] == 2 else { break fast }
-                    let value = p.load(fromByteOffset: i + 1, as: UInt8.self)
-                    guard cls[Int(value)] == 0 else { break fast }
-                    guard length < capacity else {
-                        overflowed = true
-                        length = 0
-                        break fast
+                    if case .table = mode {} else {
+                        while i + 16 <= n {
+                            let block = p.loadUnaligned(fromByteOffset: i, as: SIMD16<UInt8>.self)
+                            UnsafeMutableRawPointer(buf + length).storeBytes(of: block, as: SIMD16<UInt8>.self)
+                            let run = mode.plainPrefix(block)
+                            length += run
+                            i += run
+                            if length > capacity {
+                                overflowed = true
+                                length = 0
+                                break fast
+                            }
+                            if run < 16 { break }
+                        }
                     }
-                    buf[length] = value ^ HDLC.escapeXOR
-                    length += 1
-                    i += 2
+                    while i < n && cls[Int(p.load(fromByteOffset: i, as: UInt8.self))] == 0 {
+                        guard length < capacity else {
+                            overflowed = true
+                            length = 0
+                            break fast
+                        }
+                        buf[length] = p.load(fromByteOffset: i, as: UInt8.self)
+                        length += 1
+                        i += 1
+                    }
+                    guard i + 1 < n, p.load(fromByteOffset: i, as: UInt8.self) == HDLC.escape else { break fast }
                 }
                 if i >= n { break }
                 let b = p.load(fromByteOffset: i, as: UInt8.self)

@@ -143,6 +143,35 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
         #expect(frames2.count == 1)
     }
 
+    /// The buffer's edge, met by each path of the decoder: a frame that fills the buffer to the
+    /// byte is kept and one byte more is dropped, whether its bytes come plain (stored sixteen
+    /// at a time), escaped (a pair at a time) or mixed, so the block stored whole into the
+    /// slack past the frame's room never lets a frame through that the MRU refuses.
+    @Test(arguments: [0, 1, 10, 256])
+    func framesAtTheBuffersEdge(escapeEvery: Int) {
+        let encoder = HDLCEncoder(escapes: EscapeSet(accm: 0))
+        let mru = 64
+        var rng = TestRandom(seed: UInt64(escapeEvery))
+        func information(_ count: Int) -> [UInt8] {
+            (0..<count).map { i in
+                if escapeEvery == 1 || (escapeEvery > 1 && i % escapeEvery == 0) { return i & 1 == 0 ? 0x7E : 0x7D }
+                let b = UInt8(truncatingIfNeeded: rng.below(256))
+                return b == 0x7E || b == 0x7D ? 0x41 : b
+            }
+        }
+        for extra in 0...20 {
+            let fits = information(mru - extra)
+            let over = information(mru + 1 + extra)
+            let stream = encoder.encode(protocol: .ipv4, information: over) + encoder.encode(protocol: .ipv4, information: fits)
+                + encoder.encode(protocol: .ipv4, information: information(mru))
+            let (frames, counters) = decodeAllWays(stream) { HDLCDecoder(mru: mru) }
+            #expect(frames.count == 2)
+            #expect(frames.first?.information == fits)
+            #expect(frames.last?.information.count == mru)
+            #expect(counters.tooLong == 1)
+        }
+    }
+
     @Test func garbageBeforeAndBetweenFramesResynchronises() {
         var rng = TestRandom(seed: 7)
         let garbage = (0..<300).map { _ in rng.byte() }.filter { $0 != 0x7E }

@@ -4,8 +4,9 @@
 //   swift run -c release pppbridge-bench bridge [--mib N] [--rounds N] [--blocks N] [--line-poll-interval US]   (see BridgeBench.swift)
 //   swift run -c release pppbridge-bench loop [--turns N]   (see LoopBench.swift)
 //
-// framing: RFC 1662 encode and decode of N MiB (default 64) of information fields, once random
-// and once all 0x7E (every byte escaped, the worst case), by our framer and by a plain C
+// framing: RFC 1662 encode and decode of N MiB (default 64) of information fields in four
+// classes: random, all 0x7E (every byte escaped), one byte in ten escaped, and random in
+// 64-byte frames (ACK-sized traffic, where the cost per frame shows); by our framer and by a plain C
 // implementation of the RFC's byte-at-a-time table loop (Tools/CFramingBaseline, -O2).
 // Both must produce identical bytes and frame counts; the best of several rounds counts.
 import CFramingBaseline
@@ -152,7 +153,7 @@ func measure(name: String, payload: [UInt8], options o: Options) -> Measurement 
     }
     let mb = Double(informationBytes) / 1e6
     func row(_ what: String, _ ours: Double, _ c: Double) {
-        let line = String(format: "%-7@ %-6@ ours %8.1f MB/s   C %8.1f MB/s   ratio %.2f", name as NSString, what as NSString, mb / ours, mb / c, c / ours)
+        let line = String(format: "%-8@ %-6@ ours %8.1f MB/s   C %8.1f MB/s   ratio %.2f", name as NSString, what as NSString, mb / ours, mb / c, c / ours)
         print(line)
     }
     row("encode", swiftEncode, cEncode)
@@ -160,6 +161,8 @@ func measure(name: String, payload: [UInt8], options o: Options) -> Measurement 
     return Measurement(swiftEncode: swiftEncode, cEncode: cEncode, swiftDecode: swiftDecode, cDecode: cDecode)
 }
 
+/// The payload classes, each measured on its own: a peer chooses what it sends, so the class
+/// where ours does worst is the one that counts.
 func framing(_ o: Options) {
     let size = o.mebibytes * 1024 * 1024
     var rng = SplitMix64(state: 0x5050_5042_5249_4447)
@@ -168,16 +171,31 @@ func framing(_ o: Options) {
         for i in stride(from: 0, to: size - 7, by: 8) { raw.storeBytes(of: rng.next(), toByteOffset: i, as: UInt64.self) }
     }
     let worst = [UInt8](repeating: 0x7E, count: size)
-    print("framing: \(o.mebibytes) MiB of information in \(o.frameLength)-byte frames, FCS-16, ACCM 0, best of \(o.rounds)")
+    // One byte in ten (at random places) a flag or an escape, the rest random bytes that are not.
+    var tenth = random
+    for i in tenth.indices {
+        if rng.next() % 10 == 0 {
+            tenth[i] = i & 1 == 0 ? 0x7E : 0x7D
+        } else if tenth[i] == 0x7E || tenth[i] == 0x7D {
+            tenth[i] ^= 0x40
+        }
+    }
+    print("framing: \(o.mebibytes) MiB of information in \(o.frameLength)-byte frames (and 64-byte frames), FCS-16, ACCM 0, best of \(o.rounds)")
     let r = measure(name: "random", payload: random, options: o)
     let w = measure(name: "all-7e", payload: worst, options: o)
-    // The ratio over both payloads: total C time over total time of ours.
+    let t = measure(name: "1-in-10", payload: tenth, options: o)
+    var small = o
+    small.frameLength = 64
+    let f = measure(name: "64-byte", payload: random, options: small)
+    let classes = [r, w, t, f]
+    // As before: total C time over total time of ours, over the random and all-0x7E payloads.
     let encodeRatio = (r.cEncode + w.cEncode) / (r.swiftEncode + w.swiftEncode)
     let decodeRatio = (r.cDecode + w.cDecode) / (r.swiftDecode + w.swiftDecode)
-    let minEncode = min(r.cEncode / r.swiftEncode, w.cEncode / w.swiftEncode)
-    let minDecode = min(r.cDecode / r.swiftDecode, w.cDecode / w.swiftDecode)
-    print(String(format: "worst-case ratios: encode %.2f decode %.2f", minEncode, minDecode))
-    print(String(format: "RESULT framing encode_ratio=%.2f decode_ratio=%.2f", encodeRatio, decodeRatio))
+    let minEncode = classes.map { $0.cEncode / $0.swiftEncode }.min() ?? 0
+    let minDecode = classes.map { $0.cDecode / $0.swiftDecode }.min() ?? 0
+    print(String(format: "worst-case ratios over the four classes: encode %.2f decode %.2f", minEncode, minDecode))
+    print(String(format: "RESULT framing encode_ratio=%.2f decode_ratio=%.2f min_encode_ratio=%.2f min_decode_ratio=%.2f min_ratio=%.2f",
+                 encodeRatio, decodeRatio, minEncode, minDecode, min(minEncode, minDecode)))
 }
 
 let arguments = CommandLine.arguments.dropFirst()
