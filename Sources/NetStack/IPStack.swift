@@ -275,24 +275,35 @@ public struct IPStack: Sendable {
         }
     }
 
-    /// A segment as one IP packet built in one buffer (IP header, TCP header, payload); one
-    /// larger than the MTU (which TCP does not make) goes through `send`.
-    mutating func sendTCP(_ s: TCPSegment, from local: IPv4Address, to remote: IPv4Address) {
+    /// A queued segment of the connection at `position` as one IP packet built in one buffer:
+    /// IP header, TCP header, then the payload copied from the connection's send buffer
+    /// straight into place, the checksum summed over it there. One larger than the MTU (which
+    /// TCP does not make) goes through `send`.
+    mutating func sendTCP(_ s: QueuedSegment, connectionAt position: Int, from local: IPv4Address, to remote: IPv4Address) {
         let ipLength = 20, tcpLength = s.header.emittedLength
-        guard ipLength + tcpLength + s.payload.count <= configuration.mtu else {
-            var bytes = s.header.emit(source: local, destination: remote, payload: s.payload)
-            bytes += s.payload
+        guard ipLength + tcpLength + s.payloadLength <= configuration.mtu else {
+            var payload: [UInt8] = []
+            guard connections.inspect(position: position, { $0.copyPayload(of: s, appendingTo: &payload) }) == true else { return }
+            var bytes = s.header.emit(source: local, destination: remote, payload: payload)
+            bytes += payload
             return send(protocol: IPProtocol.tcp, to: remote, payload: bytes)
         }
         identification &+= 1
-        var h = IPv4Header(protocol: IPProtocol.tcp, source: configuration.address, destination: remote, payloadLength: tcpLength + s.payload.count)
+        var h = IPv4Header(protocol: IPProtocol.tcp, source: configuration.address, destination: remote, payloadLength: tcpLength + s.payloadLength)
         h.identification = identification
         h.timeToLive = configuration.timeToLive
         h.dontFragment = true
         var packet = packetPool.take(capacity: h.totalLength)
         h.emit(into: &packet)
-        s.header.emit(into: &packet, source: local, destination: remote, payload: s.payload)
-        packet += s.payload
+        s.header.emit(into: &packet, source: local, destination: remote, payload: [])
+        if s.payloadLength > 0 {
+            // Gone only if the connection was reset with it queued: then it is not sent.
+            guard connections.inspect(position: position, { $0.copyPayload(of: s, appendingTo: &packet) }) == true else {
+                packetPool.give(packet)
+                return
+            }
+            TCPHeader.addPayloadToChecksum(in: &packet, headerAt: ipLength, headerLength: tcpLength)
+        }
         outgoing.append(packet)
         counterBase.ipSent += 1
     }

@@ -99,25 +99,26 @@ public struct IPv4Header: Sendable, Equatable {
     /// Appends the header bytes (as `emit` returns them) to `b`, so a packet is built in one
     /// buffer: the header, then its payload.
     public func emit(into b: inout [UInt8]) {
-        let start = b.count
         let optionCount = min(options.count, 40)
         let length = 20 + (optionCount + 3) / 4 * 4
-        b.append(0x40 | UInt8(truncatingIfNeeded: length / 4))
-        b.append(typeOfService)
-        BigEndian.append(UInt16(clamping: length + max(payloadLength, 0)), to: &b)
-        BigEndian.append(identification, to: &b)
-        let offsetUnits = UInt16(min(max(fragmentOffset, 0) / 8, 0x1FFF))
-        BigEndian.append((dontFragment ? 0x4000 : 0) | (moreFragments ? 0x2000 : 0) | offsetUnits, to: &b)
-        b.append(timeToLive)
-        b.append(self.protocol.rawValue)
-        b.append(0)
-        b.append(0)
-        BigEndian.append(source.value, to: &b)
-        BigEndian.append(destination.value, to: &b)
-        b.append(contentsOf: options.prefix(optionCount))
-        while b.count - start < length { b.append(0) }
-        let c = InternetChecksum.checksum(b[start..<(start + length)])
-        b[start + 10] = UInt8(c >> 8)
-        b[start + 11] = UInt8(c & 0xFF)
+        // Written into fixed storage and appended once: a byte at a time, every append checks
+        // the array's uniqueness and capacity.
+        var header = HeaderBytes()
+        header.withBytes { h in
+            h[0] = 0x40 | UInt8(truncatingIfNeeded: length / 4)
+            h[1] = typeOfService
+            HeaderBytes.put(UInt16(clamping: length + max(payloadLength, 0)), h, 2)
+            HeaderBytes.put(identification, h, 4)
+            let offsetUnits = UInt16(min(max(fragmentOffset, 0) / 8, 0x1FFF))
+            HeaderBytes.put((dontFragment ? 0x4000 : 0) | (moreFragments ? 0x2000 : 0) | offsetUnits, h, 6)
+            h[8] = timeToLive
+            h[9] = self.protocol.rawValue
+            HeaderBytes.put(source.value, h, 12)
+            HeaderBytes.put(destination.value, h, 16)
+            for i in 0..<optionCount { h[20 + i] = options[options.startIndex + i] }
+            let c = InternetChecksum.finish(InternetChecksum.sum(UnsafeRawBufferPointer(rebasing: h[0..<length])))
+            HeaderBytes.put(c, h, 10)
+            b.append(contentsOf: UnsafeRawBufferPointer(rebasing: h[0..<length]))
+        }
     }
 }

@@ -46,37 +46,31 @@ public enum TCPOption: Sendable, Equatable {
         }
     }
 
-    /// Appends what `bytes` holds to `b`, without building it.
-    func append(to b: inout [UInt8]) {
+    /// Appends the option's bytes to `b` (as many as fit in the header's 40).
+    func append(to b: inout TCPOptionBytes) {
         switch self {
         case .noOperation: b.append(1)
         case let .maximumSegmentSize(m):
-            b.append(2)
-            b.append(4)
-            BigEndian.append(m, to: &b)
+            b.append(2, 4)
+            b.append(UInt8(m >> 8), UInt8(m & 0xFF))
         case let .windowScale(s):
-            b.append(3)
-            b.append(3)
+            b.append(3, 3)
             b.append(s)
         case .sackPermitted:
-            b.append(4)
-            b.append(2)
+            b.append(4, 2)
         case let .sack(blocks):
-            b.append(5)
-            b.append(UInt8(clamping: 2 + 8 * blocks.count))
+            b.append(5, UInt8(clamping: 2 + 8 * blocks.count))
             for (left, right) in blocks {
-                BigEndian.append(left.rawValue, to: &b)
-                BigEndian.append(right.rawValue, to: &b)
+                b.append(word: left.rawValue)
+                b.append(word: right.rawValue)
             }
         case let .timestamps(v, e):
-            b.append(8)
-            b.append(10)
-            BigEndian.append(v, to: &b)
-            BigEndian.append(e, to: &b)
+            b.append(8, 10)
+            b.append(word: v)
+            b.append(word: e)
         case let .other(kind, data):
-            b.append(kind)
-            b.append(UInt8(clamping: 2 + data.count))
-            b.append(contentsOf: data.prefix(253))
+            b.append(kind, UInt8(clamping: 2 + data.count))
+            for d in data.prefix(253) { b.append(d) }
         }
     }
 
@@ -104,7 +98,9 @@ public struct TCPHeader: Sendable, Equatable {
     /// As received; `emit` computes a fresh one.
     public var checksum: UInt16 = 0
     public var urgentPointer: UInt16 = 0
-    public var options: [TCPOption] = []
+    /// The options as on the wire, held in the header itself: reading a timestamp or writing
+    /// one allocates nothing (every segment of a timestamped connection carries one).
+    public var optionBytes = TCPOptionBytes()
     /// Header length as received (20 plus options and padding).
     public private(set) var headerLength: Int = 20
 
@@ -153,31 +149,74 @@ public struct TCPHeader: Sendable, Equatable {
         window = BigEndian.uint16(b, 14)
         checksum = BigEndian.uint16(b, 16)
         urgentPointer = BigEndian.uint16(b, 18)
+        // Checked here once (RFC 9293 §3.2: kinds 0 and 1 are one byte, every other has a length
+        // of at least 2 that stays inside the header), kept as bytes up to an end-of-list.
         var i = 20
         while i < offset {
             let kind = b[i]
             if kind == 0 { break }
             if kind == 1 {
-                options.append(.noOperation)
                 i += 1
                 continue
             }
             guard i + 1 < offset else { throw .malformed("TCP option \(kind) without length") }
             let length = Int(b[i + 1])
             guard length >= 2, i + length <= offset else { throw .malformed("TCP option \(kind) length \(length) runs past the header") }
-            let data = Array(b[(i + 2)..<(i + length)])
-            switch (kind, length) {
-            case (2, 4): options.append(.maximumSegmentSize(BigEndian.uint16(b, i + 2)))
-            case (3, 3): options.append(.windowScale(data[0]))
-            case (4, 2): options.append(.sackPermitted)
-            case (5, _) where (length - 2) % 8 == 0:
-                options.append(.sack(stride(from: i + 2, to: i + length, by: 8).map { (SequenceNumber(BigEndian.uint32(b, $0)), SequenceNumber(BigEndian.uint32(b, $0 + 4))) }))
-            case (8, 10): options.append(.timestamps(value: BigEndian.uint32(b, i + 2), echoReply: BigEndian.uint32(b, i + 6)))
-            default: options.append(.other(kind: kind, data: data))
-            }
             i += length
         }
+        optionBytes = TCPOptionBytes(UnsafeRawBufferPointer(rebasing: b[20..<i]))
     }
+
+    /// The options, one value each (`optionBytes` read into a list). For printing and
+    /// rewriting; the stack reads the fields it needs (`timestamps`, `sackPermitted`, …).
+    public var options: [TCPOption] {
+        get {
+            var list: [TCPOption] = []
+            optionBytes.forEach { kind, data in
+                switch (kind, data.count) {
+                case (1, _): list.append(.noOperation)
+                case (2, 2): list.append(.maximumSegmentSize(BigEndian.uint16(data, 0)))
+                case (3, 1): list.append(.windowScale(data[0]))
+                case (4, 0): list.append(.sackPermitted)
+                case (5, _) where data.count % 8 == 0:
+                    list.append(.sack(stride(from: 0, to: data.count, by: 8).map { (SequenceNumber(BigEndian.uint32(data, $0)), SequenceNumber(BigEndian.uint32(data, $0 + 4))) }))
+                case (8, 8): list.append(.timestamps(value: BigEndian.uint32(data, 0), echoReply: BigEndian.uint32(data, 4)))
+                default: list.append(.other(kind: kind, data: Array(data)))
+                }
+            }
+            return list
+        }
+        set {
+            optionBytes = TCPOptionBytes()
+            for o in newValue { o.append(to: &optionBytes) }
+        }
+    }
+
+    /// The last timestamps option (RFC 7323 §3), as the stack reads them.
+    public var timestamps: (value: UInt32, echoReply: UInt32)? {
+        var found: (UInt32, UInt32)?
+        optionBytes.forEach { kind, data in
+            if kind == 8 && data.count == 8 { found = (BigEndian.uint32(data, 0), BigEndian.uint32(data, 4)) }
+        }
+        return found
+    }
+
+    /// Whether some option of `kind` is present.
+    public func hasOption(_ kind: UInt8) -> Bool {
+        var found = false
+        optionBytes.forEach { k, _ in if k == kind { found = true } }
+        return found
+    }
+
+    /// Appends two no-operations and a timestamps option (RFC 7323 Appendix A's layout).
+    public mutating func appendTimestamps(value: UInt32, echoReply: UInt32) {
+        TCPOption.noOperation.append(to: &optionBytes)
+        TCPOption.noOperation.append(to: &optionBytes)
+        TCPOption.timestamps(value: value, echoReply: echoReply).append(to: &optionBytes)
+    }
+
+    /// Appends an option.
+    public mutating func append(_ option: TCPOption) { option.append(to: &optionBytes) }
 
     /// The header bytes with the checksum over the pseudo-header, header and `payload`.
     public func emit(source: IPv4Address, destination: IPv4Address, payload: [UInt8]) -> [UInt8] {
@@ -188,34 +227,120 @@ public struct TCPHeader: Sendable, Equatable {
     }
 
     /// The length `emit` writes: 20 and the options, padded to 4 bytes.
-    public var emittedLength: Int {
-        var n = 20
-        for o in options { n += o.length }
-        return (n + 3) / 4 * 4
+    public var emittedLength: Int { (20 + optionBytes.count + 3) / 4 * 4 }
+
+    /// Adds what follows the TCP header in `packet` (its payload, appended after `emit(into:)`
+    /// was given none) into the checksum `emit` wrote: the pseudo-header's length and the
+    /// payload's sum (RFC 1071's sum is associative, so it is completed, not recomputed).
+    public static func addPayloadToChecksum(in packet: inout [UInt8], headerAt start: Int, headerLength: Int) {
+        let payloadStart = start + headerLength
+        guard start >= 0, payloadStart <= packet.count, start + 18 <= packet.count else { return }
+        let payloadCount = packet.count - payloadStart
+        packet.withUnsafeMutableBytes { b in
+            // Undo the finish (complement), add the payload's length to the pseudo-header's
+            // length field and the payload's words, finish again.
+            let old = UInt64(~BigEndian.uint16(UnsafeRawBufferPointer(b), start + 16) & 0xFFFF)
+            var sum = old + UInt64(payloadCount)
+            // An odd header length never happens (a multiple of 4), so the payload's words align.
+            sum = InternetChecksum.sum(UnsafeRawBufferPointer(rebasing: b[payloadStart...]), into: sum)
+            let c = InternetChecksum.finish(sum)
+            b[start + 16] = UInt8(c >> 8)
+            b[start + 17] = UInt8(c & 0xFF)
+        }
     }
 
     /// Appends the header bytes (as `emit` returns them, its checksum over `payload` too) to
     /// `b`: the options are written in place, with no array for each.
     public func emit(into b: inout [UInt8], source: IPv4Address, destination: IPv4Address, payload: [UInt8]) {
-        let start = b.count
-        BigEndian.append(sourcePort, to: &b)
-        BigEndian.append(destinationPort, to: &b)
-        BigEndian.append(sequenceNumber.rawValue, to: &b)
-        BigEndian.append(acknowledgmentNumber.rawValue, to: &b)
-        b.append(0)
-        b.append(flags.rawValue)
-        BigEndian.append(window, to: &b)
-        b.append(0)
-        b.append(0)
-        BigEndian.append(urgentPointer, to: &b)
-        for o in options { o.append(to: &b) }
-        while (b.count - start) % 4 != 0 { b.append(0) }
-        let length = b.count - start
-        b[start + 12] = UInt8(truncatingIfNeeded: length / 4) << 4
-        let pseudo = InternetChecksum.pseudoHeaderSum(source: source, destination: destination, protocol: IPProtocol.tcp, length: length + payload.count)
-        let c = InternetChecksum.finish(InternetChecksum.sum(payload, into: InternetChecksum.sum(b[start..<(start + length)], into: pseudo)))
-        b[start + 16] = UInt8(c >> 8)
-        b[start + 17] = UInt8(c & 0xFF)
+        let length = emittedLength
+        // Written into fixed storage and appended once (see `IPv4Header.emit(into:)`).
+        var header = HeaderBytes()
+        header.withBytes { h in
+            HeaderBytes.put(sourcePort, h, 0)
+            HeaderBytes.put(destinationPort, h, 2)
+            HeaderBytes.put(sequenceNumber.rawValue, h, 4)
+            HeaderBytes.put(acknowledgmentNumber.rawValue, h, 8)
+            h[12] = UInt8(truncatingIfNeeded: length / 4) << 4
+            h[13] = flags.rawValue
+            HeaderBytes.put(window, h, 14)
+            HeaderBytes.put(urgentPointer, h, 18)
+            optionBytes.withUnsafeBytes { o in
+                for i in 0..<o.count { h[20 + i] = o[i] }
+            }
+            let pseudo = InternetChecksum.pseudoHeaderSum(source: source, destination: destination, protocol: IPProtocol.tcp, length: length + payload.count)
+            let headerSum = InternetChecksum.sum(UnsafeRawBufferPointer(rebasing: h[0..<length]), into: pseudo)
+            let c = payload.withUnsafeBytes { InternetChecksum.finish(InternetChecksum.sum($0, into: headerSum)) }
+            HeaderBytes.put(c, h, 16)
+            b.append(contentsOf: UnsafeRawBufferPointer(rebasing: h[0..<length]))
+        }
     }
 
+}
+
+/// A TCP header's options as on the wire: at most 40 bytes (RFC 9293 §3.1's data offset of at
+/// most 15 words), held inline. Appends past 40 bytes are dropped: a list that long could not
+/// be sent.
+public struct TCPOptionBytes: Sendable, Equatable {
+    public static let capacity = 40
+    private var words: (UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0)
+    public private(set) var count = 0
+
+    public init() {}
+
+    /// The first 40 bytes of `bytes`.
+    public init(_ bytes: UnsafeRawBufferPointer) {
+        let n = Swift.min(bytes.count, TCPOptionBytes.capacity)
+        guard n > 0, let base = bytes.baseAddress else { return }
+        withUnsafeMutableBytes(of: &words) { $0.baseAddress!.copyMemory(from: base, byteCount: n) }
+        count = n
+    }
+
+    public static func == (a: TCPOptionBytes, b: TCPOptionBytes) -> Bool {
+        a.count == b.count && a.withUnsafeBytes { x in b.withUnsafeBytes { y in x.elementsEqual(y) } }
+    }
+
+    public var isEmpty: Bool { count == 0 }
+
+    public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try Swift.withUnsafeBytes(of: words) { try body(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
+    }
+
+    public mutating func append(_ byte: UInt8) {
+        guard count < TCPOptionBytes.capacity else { return }
+        let i = count
+        withUnsafeMutableBytes(of: &words) { $0[i] = byte }
+        count += 1
+    }
+
+    mutating func append(_ a: UInt8, _ b: UInt8) {
+        append(a)
+        append(b)
+    }
+
+    mutating func append(word value: UInt32) {
+        append(UInt8(value >> 24), UInt8((value >> 16) & 0xFF))
+        append(UInt8((value >> 8) & 0xFF), UInt8(value & 0xFF))
+    }
+
+    /// Calls `body` with each option's kind and data (what follows its length byte; nothing for
+    /// a no-operation). Stops at an end-of-list, or at an option whose length does not fit.
+    public func forEach(_ body: (UInt8, UnsafeRawBufferPointer) -> Void) {
+        withUnsafeBytes { b in
+            var i = 0
+            while i < b.count {
+                let kind = b[i]
+                if kind == 0 { return }
+                if kind == 1 {
+                    body(1, UnsafeRawBufferPointer(rebasing: b[i..<i]))
+                    i += 1
+                    continue
+                }
+                guard i + 1 < b.count else { return }
+                let length = Int(b[i + 1])
+                guard length >= 2, i + length <= b.count else { return }
+                body(kind, UnsafeRawBufferPointer(rebasing: b[(i + 2)..<(i + length)]))
+                i += length
+            }
+        }
+    }
 }

@@ -80,6 +80,28 @@ private struct CompressedHeader {
     }
 }
 
+/// Whether `count` bytes of `a` from `i` equal those of `b` from `j` (both ranges inside
+/// their arrays, which the callers' layouts checked): eight at a time, without slices.
+@inline(__always)
+private func sameBytes(_ a: [UInt8], _ i: Int, _ b: [UInt8], _ j: Int, _ count: Int) -> Bool {
+    guard count > 0 else { return count == 0 }
+    guard i >= 0, j >= 0, i <= a.count - count, j <= b.count - count else { return false }
+    return a.withUnsafeBytes { x in
+        b.withUnsafeBytes { y in
+            var k = 0
+            while k + 8 <= count {
+                if x.loadUnaligned(fromByteOffset: i + k, as: UInt64.self) != y.loadUnaligned(fromByteOffset: j + k, as: UInt64.self) { return false }
+                k += 8
+            }
+            while k < count {
+                if x[i + k] != y[j + k] { return false }
+                k += 1
+            }
+            return true
+        }
+    }
+}
+
 private func setIPChecksum(_ h: inout [UInt8], ipLength: Int) {
     h[10] = 0
     h[11] = 0
@@ -139,7 +161,7 @@ public struct VJCompressor: Sendable {
         for candidate in recency {
             guard let h = slots[candidate] else { continue }
             let ht = Int(h[0] & 0x0F) * 4
-            if h[12..<20] == packet[12..<20] && h[ht..<(ht + 4)] == packet[tcp..<(tcp + 4)] {
+            if sameBytes(h, 12, packet, 12, 8) && sameBytes(h, ht, packet, tcp, 4) {
                 found = candidate
                 break
             }
@@ -160,8 +182,9 @@ public struct VJCompressor: Sendable {
               oldLayout.tcpLength == layout.tcpLength,
               old[oldLayout.ipLength + 12] == packet[tcp + 12],
               old[oldLayout.ipLength + 13] & ~0x28 == flags & ~0x28,
-              old[20..<oldLayout.ipLength] == packet[20..<layout.ipLength],
-              old[(oldLayout.ipLength + 20)..<oldLayout.total] == packet[(tcp + 20)..<layout.total] else {
+              oldLayout.ipLength == layout.ipLength,
+              sameBytes(old, 20, packet, 20, layout.ipLength - 20),
+              sameBytes(old, oldLayout.ipLength + 20, packet, tcp + 20, layout.tcpLength - 20) else {
             return sendUncompressed(&packet, layout: layout, slot: slot, reusing: &old)
         }
         let ot = oldLayout.ipLength

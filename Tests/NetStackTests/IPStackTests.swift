@@ -186,8 +186,8 @@ enum Peer {
         return (s, try #require(accepted), seg)
     }
 
-    /// Packets handed back once framed carry the next segments, and the connection's segment
-    /// payloads go round the same way: what goes out is still every byte, in order.
+    /// Packets handed back once framed carry the next segments (the payload copied from the
+    /// send buffer straight into them): what goes out is still every byte, in order.
     @Test func packetsHandedBackCarryTheNextSegments() throws {
         var (s, id, _) = try acceptedConnection(acknowledgeAtCollection: true)
         let data = bytes(40 * 1460)
@@ -220,14 +220,14 @@ enum Peer {
         }
         #expect(sent == data)
         #expect(rounds > 2 && deadlines > 0)
-        // All acknowledged: the connection keeps one payload array while idle, for the next
-        // message.
-        #expect(try #require(s.connection(id)).payloadPool.count == 1)
+        // All acknowledged: the send buffer holds nothing more.
+        #expect(try #require(s.connection(id)).unacknowledgedBytes == 0)
     }
 
     /// Segments sent and all acknowledged within one batch (before the stack collects them):
-    /// their payload arrays come back after the connection went idle, and it still keeps one.
-    @Test func aBatchSentAndAcknowledgedAtOnceLeavesOnePayloadArray() throws {
+    /// the acknowledged bytes stay in the send buffer until the segments carrying them are
+    /// built, so each goes out whole, and then they are dropped.
+    @Test func aBatchSentAndAcknowledgedAtOnceStillSendsItsSegments() throws {
         var (s, id, _) = try acceptedConnection(acknowledgeAtCollection: true)
         // Within the initial congestion window: every byte leaves in this batch.
         let data = bytes(3 * 1460)
@@ -240,9 +240,11 @@ enum Peer {
         var packets: [[UInt8]] = []
         s.takeOutgoing(into: &packets)
         #expect(packets.count == 3)
+        #expect(packets.map { $0.count - 20 - Peer.tcpHeader($0).headerLength } == [1460, 1460, 1460])
+        #expect(Array(packets.map { Array($0[(20 + Peer.tcpHeader($0).headerLength)...]) }.joined()) == data)
         let c = try #require(s.connection(id))
         #expect(c.unacknowledgedBytes == 0)
-        #expect(c.payloadPool.count == 1)
+        #expect(c.sendBuffer.count == 0 && c.acknowledgedHeld == 0)
     }
 
     @Test func acknowledgedAtCollectionOneACKAnswersABatchWithTheWindowReopened() throws {

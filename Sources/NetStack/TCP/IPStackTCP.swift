@@ -252,7 +252,7 @@ extension IPStack {
                 if !segments.isEmpty, let (local, remote) = connections.modify(position: i, { ($0.local.address, $0.remote.address) }) {
                     for s in segments {
                         if s.header.flags.contains(.rst) { counterBase.tcpResetsSent += 1 }
-                        sendTCP(s, from: local, to: remote)
+                        sendTCP(s, connectionAt: i, from: local, to: remote)
                     }
                 }
                 // Looked up once per connection, not per event (a hash per lookup).

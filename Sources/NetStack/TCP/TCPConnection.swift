@@ -46,6 +46,14 @@ public struct TCPSegment: Sendable {
     public var payload: [UInt8]
 }
 
+/// A segment as the connection queues it: its payload (`payloadLength` bytes from the header's
+/// sequence number) stays in the send buffer until the stack builds the packet around it, so
+/// each byte is copied once on its way out, from the buffer into the packet.
+struct QueuedSegment: Sendable {
+    var header: TCPHeader
+    var payloadLength: Int
+}
+
 public struct TCPConnectionCounters: Sendable, Equatable {
     public var segmentsSent = 0
     public var segmentsReceived = 0
@@ -135,15 +143,17 @@ public struct TCPConnection: Sendable {
     var lastAckSent = SequenceNumber(0)
     let timestampOffset: UInt32
 
-    var outgoing: [TCPSegment] = []
-    /// Arrays of segments already collected, for the payloads of the next ones: 32 (with 8,
-    /// three segments in four of a bulk transfer allocated their array), of a 1500-byte link's
-    /// segment size at most (larger ones are let go), so at most 64 KiB while busy, a quarter
-    /// of a full send buffer. Cut to one once everything sent is acknowledged (`newAck`, and
-    /// `clearPending` for arrays handed back after that): an idle connection keeps at most
-    /// 2 KiB, and a request/response exchange, idle between every message, sends each from
-    /// the array the last one used instead of allocating one.
-    var payloadPool = BufferPool(limit: 32, largest: 2048)
+    var outgoing: [QueuedSegment] = []
+    /// Queued segments that carry data (their bytes are read from `sendBuffer` when collected).
+    var queuedPayloadSegments = 0
+    /// Acknowledged bytes still at the head of `sendBuffer`, because a queued segment may
+    /// carry them (an ACK taken in the same batch as the segments, before they were collected);
+    /// dropped when the queue is emptied. `heldFrom` is the sequence number of the buffer's
+    /// first byte while any are held.
+    var acknowledgedHeld = 0
+    var heldFrom: SequenceNumber?
+    /// The connection ended with segments queued: the send buffer goes once they are built.
+    var discardSendBufferWhenCollected = false
     var events: [TCPEvent] = []
     var writeBlocked = false
     /// The application called `close`: it reads no more.
@@ -241,10 +251,12 @@ public struct TCPConnection: Sendable {
     /// getter that is called rather than inlined is handed a copy of the whole connection.
     @inline(__always) public var writableBytes: Int {
         guard finSequence == nil, state == .established || state == .closeWait || state == .synSent || state == .synReceived else { return 0 }
-        return max(0, configuration.sendBufferSize - sendBuffer.count)
+        return max(0, configuration.sendBufferSize - queuedBytes)
     }
     /// Bytes written and not yet acknowledged.
-    public var unacknowledgedBytes: Int { sendBuffer.count }
+    public var unacknowledgedBytes: Int { queuedBytes }
+    /// The send buffer less what it holds only for queued segments (`acknowledgedHeld`).
+    @inline(__always) var queuedBytes: Int { sendBuffer.count - acknowledgedHeld }
     /// Bytes held out of order, awaiting a hole to fill.
     public var outOfOrderBytes: Int { outOfOrder.bytes }
     public var outOfOrderSegmentCount: Int { outOfOrder.count }
@@ -309,7 +321,7 @@ public struct TCPConnection: Sendable {
             return
         case .synReceived, .established, .closeWait:
             let dataStart = state == .synReceived ? initialSendSequence + 1 : sendUnacknowledged
-            finSequence = dataStart + sendBuffer.count
+            finSequence = dataStart + queuedBytes
             if state == .established { state = .finWait1 }
             if state == .closeWait { state = .lastAck }
         default:
@@ -333,7 +345,7 @@ public struct TCPConnection: Sendable {
     public mutating func abort(now: Instant) {
         // Nothing to reset before the peer knows our sequence numbers, or after both FINs.
         if state != .closed && state != .timeWait && state != .synSent {
-            emit(flags: [.rst, .ack], sequence: sendNext, payload: [], now: now)
+            emit(flags: [.rst, .ack], sequence: sendNext, now: now)
         }
         finish(.aborted)
     }
@@ -352,8 +364,42 @@ public struct TCPConnection: Sendable {
     // is still referenced.
     public mutating func takeSegments() -> [TCPSegment] {
         guard !outgoing.isEmpty else { return [] }
-        defer { outgoing = [] }
-        return outgoing
+        let segments = outgoing.map { s -> TCPSegment in
+            var payload: [UInt8] = []
+            copyPayload(of: s, appendingTo: &payload)
+            return TCPSegment(header: s.header, payload: payload)
+        }
+        outgoing = []
+        releaseHeld()
+        return segments
+    }
+
+    /// Appends the payload of `s` (a segment of `pendingSegments`) to `out`, read from the send
+    /// buffer; false, with nothing appended, when the buffer no longer holds it (the connection
+    /// was reset with the segment queued).
+    @discardableResult
+    func copyPayload(of s: QueuedSegment, appendingTo out: inout [UInt8]) -> Bool {
+        guard s.payloadLength > 0 else { return true }
+        let offset = s.header.sequenceNumber - (heldFrom ?? sendUnacknowledged)
+        guard offset >= 0, offset <= sendBuffer.count - s.payloadLength else { return false }
+        sendBuffer.copy(offset: offset, length: s.payloadLength, appendingTo: &out)
+        return true
+    }
+
+    /// Drops the acknowledged bytes kept for queued segments, once those are gone.
+    mutating func releaseHeld() {
+        queuedPayloadSegments = 0
+        if discardSendBufferWhenCollected {
+            discardSendBufferWhenCollected = false
+            sendBuffer.removeAll()
+            acknowledgedHeld = 0
+            heldFrom = nil
+            return
+        }
+        guard acknowledgedHeld > 0 || heldFrom != nil else { return }
+        sendBuffer.removeFirst(acknowledgedHeld)
+        acknowledgedHeld = 0
+        heldFrom = nil
     }
 
     public mutating func takeEvents() -> [TCPEvent] {
@@ -365,16 +411,13 @@ public struct TCPConnection: Sendable {
     /// For a caller that reads the segments and events in place (the stack, every batch):
     /// once it has let go of them, `clearPending` empties both and keeps their storage, so a
     /// steady stream allocates no arrays for them.
-    var pendingSegments: [TCPSegment] { outgoing }
+    var pendingSegments: [QueuedSegment] { outgoing }
     var pendingEvents: [TCPEvent] { events }
     var hasPending: Bool { !outgoing.isEmpty || !events.isEmpty }
 
     mutating func clearPending() {
-        // The payloads' arrays carry the next segments' (`sendData`).
-        while let s = outgoing.popLast() { payloadPool.give(s.payload) }
-        // A batch can send segments and then take an ACK for all of them: the connection is
-        // idle with this batch's arrays only now handed back.
-        if sendBuffer.isEmpty { payloadPool.trim(keeping: 1) }
+        outgoing.removeAll(keepingCapacity: true)
+        releaseHeld()
         events.removeAll(keepingCapacity: true)
     }
 }

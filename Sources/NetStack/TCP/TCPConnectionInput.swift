@@ -28,7 +28,7 @@ extension TCPConnection {
         let ack = h.acknowledgmentNumber
         let hasAck = h.flags.contains(.ack)
         if hasAck && (ack <= initialSendSequence || ack > sendMax) {
-            if !h.flags.contains(.rst) { emit(flags: [.rst], sequence: ack, payload: [], now: now, withAck: false) }
+            if !h.flags.contains(.rst) { emit(flags: [.rst], sequence: ack, now: now, withAck: false) }
             return
         }
         if h.flags.contains(.rst) {
@@ -118,7 +118,7 @@ extension TCPConnection {
         let ack = h.acknowledgmentNumber
         if state == .synReceived {
             guard ack > sendUnacknowledged && ack <= sendMax else {
-                emit(flags: [.rst], sequence: ack, payload: [], now: now, withAck: false)
+                emit(flags: [.rst], sequence: ack, now: now, withAck: false)
                 return
             }
             state = finSequence == nil ? .established : .finWait1
@@ -181,11 +181,8 @@ extension TCPConnection {
 
     mutating func updateTimestampRecent(_ h: TCPHeader, sequence: SequenceNumber, length: Int) {
         // RFC 7323 §4.3: remember TSval of the segment covering Last.ACK.sent.
-        for option in h.options {
-            if case let .timestamps(value, _) = option,
-               sequence <= lastAckSent && lastAckSent <= sequence + max(length, 1) {
-                timestampRecent = value
-            }
+        if let (value, _) = h.timestamps, sequence <= lastAckSent && lastAckSent <= sequence + max(length, 1) {
+            timestampRecent = value
         }
     }
 
@@ -217,7 +214,8 @@ extension TCPConnection {
         let window = Int(h.window) << Int(sendShift)
         // RFC 5681 §2; answers to zero-window probes are not loss signals.
         let isDuplicate = payloadEmpty && ack == sendUnacknowledged && window == sendWindow && window != 0 && sendMax != sendUnacknowledged
-        if sackPermitted {
+        // The list (an array) only when some SACK option is there: loss, not the steady state.
+        if sackPermitted && h.hasOption(5) {
             for option in h.options {
                 if case let .sack(blocks) = option { congestion.sacked(blocks, unacknowledged: sendUnacknowledged, sendMax: sendMax) }
             }
@@ -258,7 +256,7 @@ extension TCPConnection {
     /// Inlined: called from `mutating` methods, a getter that is not inlined is handed a copy
     /// of the whole connection.
     @inline(__always) var dataEnd: SequenceNumber {
-        (state == .synSent || state == .synReceived ? initialSendSequence + 1 : sendUnacknowledged) + sendBuffer.count
+        (state == .synSent || state == .synReceived ? initialSendSequence + 1 : sendUnacknowledged) + queuedBytes
     }
 
     var finAcked: Bool {
@@ -270,9 +268,13 @@ extension TCPConnection {
         let acked = ack - sendUnacknowledged
         var dataAcked = acked
         if let f = finSequence, ack > f { dataAcked -= 1 }
-        sendBuffer.removeFirst(dataAcked)
-        // All sent is acknowledged: the connection may go idle for long, with nothing to send.
-        if sendBuffer.isEmpty { payloadPool.trim(keeping: 1) }
+        if queuedPayloadSegments > 0 {
+            // A queued segment may carry these bytes: kept until the queue is collected.
+            if heldFrom == nil { heldFrom = sendUnacknowledged }
+            acknowledgedHeld += dataAcked
+        } else {
+            sendBuffer.removeFirst(dataAcked)
+        }
         sendUnacknowledged = ack
         if sendNext < ack { sendNext = ack }
         retransmissions = 0
@@ -280,10 +282,8 @@ extension TCPConnection {
         // RTT, once per round trip (RFC 6298 §3; `RTTEstimator`).
         var echoed: Duration?
         if timestampsEnabled {
-            for option in h.options {
-                if case let .timestamps(_, echo) = option, echo != 0 {
-                    echoed = .milliseconds(Int64(Int32(bitPattern: timestampValue(now) &- echo)))
-                }
+            if let (_, echo) = h.timestamps, echo != 0 {
+                echoed = .milliseconds(Int64(Int32(bitPattern: timestampValue(now) &- echo)))
             }
         }
         rtt.acknowledged(ack, echoed: echoed, now: now)
@@ -300,7 +300,7 @@ extension TCPConnection {
             timers[.retransmit] = nil
             unacknowledgedSince = nil
         }
-        if writeBlocked && (configuration.sendBufferSize - sendBuffer.count) * 4 >= configuration.sendBufferSize {
+        if writeBlocked && (configuration.sendBufferSize - queuedBytes) * 4 >= configuration.sendBufferSize {
             writeBlocked = false
             events.append(.writable)
         }
@@ -331,7 +331,7 @@ extension TCPConnection {
         if dataLength > 0 {
             sendData(from: start, length: dataLength, now: now, armTimer: true)
         } else if let f = finSequence, start == f {
-            emit(flags: [.fin, .ack], sequence: f, payload: [], now: now)
+            emit(flags: [.fin, .ack], sequence: f, now: now)
             counters.retransmittedSegments += 1
         }
         congestion.retransmitted(from: start, length: dataLength)
@@ -416,7 +416,17 @@ extension TCPConnection {
         unacknowledgedSince = nil
         ackNow = false
         outOfOrder.removeAll()
-        if reason != .closed { sendBuffer.removeAll() }
+        if reason != .closed {
+            // Segments queued before the reset (data written and then aborted in one batch)
+            // still go out ahead of it: their bytes are let go once they are collected.
+            if queuedPayloadSegments > 0 {
+                discardSendBufferWhenCollected = true
+            } else {
+                sendBuffer.removeAll()
+                acknowledgedHeld = 0
+                heldFrom = nil
+            }
+        }
         events.append(.closed(reason))
     }
 }

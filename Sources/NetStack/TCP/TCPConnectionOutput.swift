@@ -30,7 +30,7 @@ extension TCPConnection {
             advertisedEdge = receiveNext + Int(h.window)
             lastAckSent = receiveNext
         }
-        outgoing.append(TCPSegment(header: h, payload: []))
+        outgoing.append(QueuedSegment(header: h, payloadLength: 0))
         counters.segmentsSent += 1
         sendNext = initialSendSequence + 1
         sendMax = SequenceNumber.max(sendMax, sendNext)
@@ -53,7 +53,7 @@ extension TCPConnection {
             if state == .synReceived {
                 sendSyn(now: now)
             } else if state != .synSent && state != .closed && (ackHeldSince == nil || ackUnheld) {
-                emit(flags: [.ack], sequence: sendNext, payload: [], now: now)
+                emit(flags: [.ack], sequence: sendNext, now: now)
             }
         }
     }
@@ -90,7 +90,7 @@ extension TCPConnection {
                 continue
             }
             if let f = finSequence, sendNext == f {
-                emit(flags: [.fin, .ack], sequence: f, payload: [], now: now)
+                emit(flags: [.fin, .ack], sequence: f, now: now)
                 if f < sendMax { counters.retransmittedSegments += 1 }
                 sendNext = f + 1
                 sendMax = SequenceNumber.max(sendMax, sendNext)
@@ -121,7 +121,7 @@ extension TCPConnection {
                 continue
             }
             if let f = finSequence, sendNext == f {
-                emit(flags: [.fin, .ack], sequence: f, payload: [], now: now)
+                emit(flags: [.fin, .ack], sequence: f, now: now)
                 sendNext = f + 1
                 sendMax = SequenceNumber.max(sendMax, sendNext)
             }
@@ -132,10 +132,7 @@ extension TCPConnection {
     /// Sends `length` queued bytes from `start` (FIN too when they end where FIN goes).
     mutating func sendData(from start: SequenceNumber, length: Int, now: Instant, armTimer: Bool) {
         guard length > 0 else { return }
-        let offset = start - sendUnacknowledged
-        // Into a kept array: the last batch's segments handed theirs back (`clearPending`).
-        var payload = payloadPool.take(capacity: length)
-        sendBuffer.copy(offset: offset, length: length, appendingTo: &payload)
+        // The bytes stay in the send buffer: the stack copies them into the packet it builds.
         let end = start + length
         var flags: TCPHeader.Flags = [.ack]
         if end == dataEnd { flags.insert(.psh) }
@@ -145,7 +142,7 @@ extension TCPConnection {
             finSent = true
         }
         let isRetransmission = start < sendMax
-        emit(flags: flags, sequence: start, payload: payload, now: now)
+        emit(flags: flags, sequence: start, payloadLength: length, now: now)
         let newNext = end + (finSent ? 1 : 0)
         if sendNext < newNext { sendNext = newNext }
         if sendMax < newNext {
@@ -186,7 +183,7 @@ extension TCPConnection {
         return UInt16(field)
     }
 
-    mutating func emit(flags: TCPHeader.Flags, sequence: SequenceNumber, payload: [UInt8], now: Instant, withAck: Bool = true) {
+    mutating func emit(flags: TCPHeader.Flags, sequence: SequenceNumber, payloadLength: Int = 0, now: Instant, withAck: Bool = true) {
         var flags = flags
         var h = TCPHeader(sourcePort: local.port, destinationPort: remote.port, sequenceNumber: sequence, flags: [], window: 0)
         if withAck && !flags.contains(.ack) && !flags.contains(.rst) { flags.insert(.ack) }
@@ -199,15 +196,17 @@ extension TCPConnection {
             timers[.delayedAck] = nil
         }
         h.flags = flags
-        var options: [TCPOption] = []
+        // Written into the header's own option bytes: no list, no array.
         if timestampsEnabled && !flags.contains(.rst) {
-            options += [.noOperation, .noOperation, .timestamps(value: timestampValue(now), echoReply: timestampRecent)]
+            h.appendTimestamps(value: timestampValue(now), echoReply: timestampRecent)
         }
         if sackPermitted && flags.contains(.ack) && !outOfOrder.isEmpty {
-            options += [.noOperation, .noOperation, .sack(outOfOrder.sackBlocks(limit: timestampsEnabled ? 3 : 4).map { ($0.start, $0.end) })]
+            h.append(.noOperation)
+            h.append(.noOperation)
+            h.append(.sack(outOfOrder.sackBlocks(limit: timestampsEnabled ? 3 : 4).map { ($0.start, $0.end) }))
         }
-        h.options = options
-        outgoing.append(TCPSegment(header: h, payload: payload))
+        outgoing.append(QueuedSegment(header: h, payloadLength: payloadLength))
+        if payloadLength > 0 { queuedPayloadSegments += 1 }
         counters.segmentsSent += 1
     }
 }

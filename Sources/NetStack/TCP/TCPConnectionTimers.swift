@@ -85,7 +85,7 @@ extension TCPConnection {
             keepAliveProbesSent += 1
             counters.keepAliveProbes += 1
             // RFC 1122 §4.2.3.6: SEG.SEQ = SND.NXT-1, no data, so the peer must answer with an ACK.
-            emit(flags: [.ack], sequence: sendUnacknowledged - 1, payload: [], now: now)
+            emit(flags: [.ack], sequence: sendUnacknowledged - 1, now: now)
         case .delayedAck:
             ackNow = true
         }
@@ -102,7 +102,7 @@ extension TCPConnection {
         counters.timeouts += 1
         if state == .synSent || state == .synReceived {
             if retransmissions > configuration.maximumSynRetransmissions {
-                if state == .synReceived { emit(flags: [.rst], sequence: initialSendSequence + 1, payload: [], now: now) }
+                if state == .synReceived { emit(flags: [.rst], sequence: initialSendSequence + 1, now: now) }
                 finish(.retransmissionTimeout)
                 return
             }
