@@ -1,34 +1,45 @@
 #!/usr/bin/env bash
-# Instructions per MB moved through `pppbridge-bench bridge`, counted by valgrind's callgrind.
-# Unlike the bench's time and CPU figures, the count hardly moves from one run to the next on a
-# busy machine, so two builds compare on one run each.
+# Instructions per MB moved and per round trip through `pppbridge-bench bridge`, counted by
+# valgrind's callgrind. Unlike the bench's time and CPU figures, the count hardly moves from one
+# run to the next on a busy machine, so two builds compare on one run each.
 #
-# The bench runs twice, with --mib N and --mib 2N; the difference is divided by the extra bytes
-# moved (N MiB each way), so start-up, the round trips and other fixed costs cancel. It counts
-# the whole process: both ends of the link, the host clients and the raw pty copy beside them.
+# The bench runs three times: --mib N --rounds R, --mib 2N --rounds R and --mib N --rounds 2R.
+# The second's extra count is divided by the extra bytes moved (N MiB each way), the third's by
+# the extra round trips, so start-up and other fixed costs cancel. It counts the whole process:
+# both ends of the link, the host clients, and the raw copy, echo and relay the bench runs
+# beside ours (their user-space work is counted against us).
 #
-# Usage: Tools/bench-instructions.sh [N]   (N MiB, default 2; needs valgrind)
+# Usage: Tools/bench-instructions.sh [N [R]]   (N MiB, default 2; R round trips, default 600;
+#        needs valgrind). PPPBRIDGE_BENCH=path counts that binary instead of building one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-2}
+rounds=${2:-600}
 command -v valgrind >/dev/null || { echo "bench-instructions: needs valgrind (apt-get install valgrind)" >&2; exit 1; }
-if ! built=$(swift build -c release --product pppbridge-bench 2>&1); then echo "$built" | tail -20 >&2; exit 1; fi
-bin="$(swift build -c release --show-bin-path)/pppbridge-bench"
+if [ -n "${PPPBRIDGE_BENCH:-}" ]; then
+  bin=$PPPBRIDGE_BENCH
+else
+  if ! built=$(swift build -c release --product pppbridge-bench 2>&1); then echo "$built" | tail -20 >&2; exit 1; fi
+  bin="$(swift build -c release --show-bin-path)/pppbridge-bench"
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # Valgrind 3.19 cannot read the toolchain's DWARF 5 debug information; the symbol table is enough.
 strip --strip-debug -o "$tmp/bench" "$bin"
 count() {
-  if ! valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$1" "$tmp/bench" bridge --mib "$1" --rounds 10 >"$tmp/out.$1" 2>&1; then
-    tail -20 "$tmp/out.$1" >&2
+  local name=$1; shift
+  if ! valgrind --tool=callgrind --callgrind-out-file="$tmp/cg.$name" "$tmp/bench" bridge "$@" --blocks 6 >"$tmp/out.$name" 2>&1; then
+    tail -20 "$tmp/out.$name" >&2
     exit 1
   fi
-  callgrind_annotate "$tmp/cg.$1" | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }'
+  callgrind_annotate "$tmp/cg.$name" | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }'
 }
-small=$(count "$n")
-large=$(count "$((2 * n))")
-awk -v s="$small" -v l="$large" -v n="$n" 'BEGIN {
+base=$(count base --mib "$n" --rounds "$rounds")
+bytes=$(count bytes --mib "$((2 * n))" --rounds "$rounds")
+trips=$(count trips --mib "$n" --rounds "$((2 * rounds))")
+if [ -n "${CALLGRIND_KEEP:-}" ]; then cp "$tmp"/cg.* "$CALLGRIND_KEEP"/; fi
+awk -v b="$base" -v m="$bytes" -v t="$trips" -v n="$n" -v r="$rounds" 'BEGIN {
   mb = 2 * n * 1.048576
-  printf "instructions: %.0f at --mib %d, %.0f at --mib %d\n", s, n, l, 2 * n
-  printf "RESULT instructions per_mb=%.0f\n", (l - s) / mb
+  printf "instructions: %.0f at --mib %d --rounds %d, %.0f at --mib %d, %.0f at --rounds %d\n", b, n, r, m, 2 * n, t, 2 * r
+  printf "RESULT instructions per_mb=%.0f per_round_trip=%.0f\n", (m - b) / mb, (t - b) / r
 }'
