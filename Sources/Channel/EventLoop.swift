@@ -67,6 +67,7 @@ public final class EventLoop: @unchecked Sendable {
     private var clients: [ObjectIdentifier: LoopClient] = [:]
     private var clientDeadlines = DeadlineHeap<ObjectIdentifier>()
     private var ready: [ObjectIdentifier] = []
+    private var spareReady: [ObjectIdentifier] = []
     private var readySet: Set<ObjectIdentifier> = []
     private var timerDeadlines = DeadlineHeap<Int>()
     private var timerBodies: [Int: () -> Void] = [:]
@@ -76,6 +77,7 @@ public final class EventLoop: @unchecked Sendable {
     @exclusivity(unchecked) private var clients: [ObjectIdentifier: LoopClient] = [:]
     @exclusivity(unchecked) private var clientDeadlines = DeadlineHeap<ObjectIdentifier>()
     @exclusivity(unchecked) private var ready: [ObjectIdentifier] = []
+    @exclusivity(unchecked) private var spareReady: [ObjectIdentifier] = []
     @exclusivity(unchecked) private var readySet: Set<ObjectIdentifier> = []
     @exclusivity(unchecked) private var timerDeadlines = DeadlineHeap<Int>()
     @exclusivity(unchecked) private var timerBodies: [Int: () -> Void] = [:]
@@ -353,7 +355,11 @@ public final class EventLoop: @unchecked Sendable {
         }
         while let key = clientDeadlines.popDue(now: now) { markReady(key) }
         guard !ready.isEmpty else { return }
-        var batch: [ObjectIdentifier] = []
+        // The list and a spare trade places each turn, both keeping their storage: a turn that
+        // services a client allocates nothing for the list (an empty array put in `ready`'s
+        // place allocated one every turn, once it was appended to).
+        var batch = spareReady
+        spareReady = []
         swap(&batch, &ready)
         readySet.removeAll(keepingCapacity: true)
         for key in batch {
@@ -361,6 +367,8 @@ public final class EventLoop: @unchecked Sendable {
             client.service(now: now)
             if clients[key] != nil { clientDeadlines.set(key, at: client.pollAt) }
         }
+        batch.removeAll(keepingCapacity: true)
+        spareReady = batch
     }
 
     /// Makes `run` return after the current turn (loop thread), or wakes it to return (others).

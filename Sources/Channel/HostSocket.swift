@@ -206,8 +206,14 @@ enum HostSocket {
 
     /// Sends what the socket takes now, never raising SIGPIPE; 0 when it would block.
     static func send(_ descriptor: FileDescriptor, _ bytes: ArraySlice<UInt8>) throws(SystemError) -> Int {
+        let result = bytes.withUnsafeBytes { b in Result { () throws(SystemError) in try send(descriptor, b) } }
+        return try result.get()
+    }
+
+    /// `send` of bytes where they lie (a stack's receive buffer).
+    static func send(_ descriptor: FileDescriptor, _ b: UnsafeRawBufferPointer) throws(SystemError) -> Int {
         let fd = descriptor.rawValue
-        let n = bytes.withUnsafeBytes { b in retryingOnInterrupt { Glibc.send(fd, b.baseAddress, b.count, Int32(MSG_NOSIGNAL)) } }
+        let n = retryingOnInterrupt { Glibc.send(fd, b.baseAddress, b.count, Int32(MSG_NOSIGNAL)) }
         if n < 0 {
             if errno == EAGAIN || errno == EWOULDBLOCK { return 0 }
             throw SystemError("send")

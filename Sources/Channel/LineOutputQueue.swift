@@ -7,6 +7,10 @@ struct LineOutputQueue {
     private var controlStart = 0
     private var data: [UInt8] = []
     private var dataStart = 0
+    /// IP frames queued behind `data` once 64 KiB of it are written: the line writes what is
+    /// left of `data`, then the two trade places. Nothing written is ever moved to make room
+    /// (compacting `data` instead moved up to every byte once more).
+    private var tail: [UInt8] = []
     /// The lengths of the IP frames in `data`, oldest first from `frameStart`; the oldest has
     /// `headWritten` bytes on the line already. A frame encoded onto the end of another that
     /// is not yet written shares its flag (`appendDataFrame`), and its length leaves it out;
@@ -16,9 +20,12 @@ struct LineOutputQueue {
     private var headWritten = 0
 
     var controlCount: Int { control.count - controlStart }
-    var dataCount: Int { data.count - dataStart }
-    /// What the IP part's array holds, written bytes not yet compacted away included.
-    var dataStored: Int { data.count }
+    var dataCount: Int { data.count - dataStart + tail.count }
+    /// What the IP part's arrays hold, written bytes not yet let go included.
+    var dataStored: Int { data.count + tail.count }
+    /// Where frames are appended: behind `data`, until enough of it is written.
+    private var appendsToTail: Bool { !tail.isEmpty || dataStart >= LineOutputQueue.tailThreshold }
+    private static let tailThreshold = 65536
     var count: Int { controlCount + dataCount }
     var isEmpty: Bool { count == 0 }
 
@@ -48,6 +55,12 @@ struct LineOutputQueue {
     /// Frames one IP packet straight onto the end of the queue: `encode` appends it to the
     /// buffer it is given, and says whether it did. Back to back, frames share a flag.
     mutating func appendDataFrame(_ encode: (inout [UInt8]) -> Bool) -> Bool {
+        if appendsToTail {
+            let before = tail.count
+            guard encode(&tail) else { return false }
+            if tail.count > before { frameLengths.append(tail.count - before) }
+            return true
+        }
         let before = data.count
         guard encode(&data) else { return false }
         if data.count > before { frameLengths.append(data.count - before) }
@@ -57,12 +70,12 @@ struct LineOutputQueue {
     /// Appends one framed IP packet.
     mutating func append(dataFrame frame: [UInt8]) {
         guard !frame.isEmpty else { return }
-        data += frame
+        if appendsToTail { tail += frame } else { data += frame }
         frameLengths.append(frame.count)
     }
 
     /// What to write next: the rest of an IP frame already begun when control frames wait,
-    /// else the control frames, else all the IP frames.
+    /// else the control frames, else the IP frames (those of `data`; `tail`'s once it is gone).
     var next: ArraySlice<UInt8> {
         guard controlCount > 0 else { return data[dataStart...] }
         if headWritten > 0 { return data[dataStart..<(dataStart + frameLengths[frameStart] - headWritten)] }
@@ -79,7 +92,7 @@ struct LineOutputQueue {
             }
             return
         }
-        var left = min(n, dataCount)
+        var left = min(n, data.count - dataStart)
         dataStart += left
         while left > 0, frameStart < frameLengths.count {
             let rest = frameLengths[frameStart] - headWritten
@@ -93,17 +106,18 @@ struct LineOutputQueue {
             }
         }
         if dataStart == data.count {
-            data.removeAll(keepingCapacity: true)
+            // `data` is all written: `tail` (empty or not) takes its place, keeping both arrays.
+            swap(&data, &tail)
+            tail.removeAll(keepingCapacity: true)
             dataStart = 0
-            frameLengths.removeAll(keepingCapacity: true)
-            frameStart = 0
-            headWritten = 0
-        } else if dataStart >= 65536 && dataStart >= data.count - dataStart {
-            // Compacted once what was written is at least what is left: the bytes moved are
-            // never more than those written since the last time, one copy per byte at most.
-            // (Compacting at every 64 KiB written moved a full queue's rest each time.)
-            data.removeFirst(dataStart)
-            dataStart = 0
+            if data.isEmpty {
+                frameLengths.removeAll(keepingCapacity: true)
+                frameStart = 0
+                headWritten = 0
+            }
+        }
+        if frameStart >= 4096 && frameStart >= frameLengths.count - frameStart {
+            // The lengths (one word a frame) compacted as the bytes once were.
             frameLengths.removeFirst(frameStart)
             frameStart = 0
         }

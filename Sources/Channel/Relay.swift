@@ -262,10 +262,22 @@ final class RelayTable {
                 host.stack!.notifyWhenWritable(r.id)
                 return
             }
-            let want = min(room, buffer.count)
-            let n = buffer.withUnsafeMutableBytes { b in retryingOnInterrupt { read(r.fd.rawValue, b.baseAddress, want) } }
+            // Read straight into the connection's send buffer: offered one contiguous piece of at
+            // most `room` bytes (fewer where the buffer wraps), so a read that fills it says
+            // nothing about the socket being drained.
+            let fd = r.fd.rawValue
+            var want = 0
+            var n = 0
+            var readErrno: Int32 = 0
+            host.stack!.write(r.id, now: now) { space in
+                want = min(space.count, buffer.count)
+                n = retryingOnInterrupt { read(fd, space.baseAddress, want) }
+                if n < 0 { readErrno = errno }
+                return n
+            }
+            // Not offered any room (the connection went): nothing was read.
+            guard want > 0 else { return }
             if n > 0 {
-                host.stack!.write(r.id, buffer[0..<n], now: now)
                 r.counters.value.bytesToTerminal += n
                 r.bytesToTerminal += n
                 if n < want {
@@ -277,11 +289,11 @@ final class RelayTable {
                 r.hostEOF = true
                 host.stack!.shutdownWrite(r.id, now: now)
             } else {
-                if errno == EAGAIN || errno == EWOULDBLOCK {
+                if readErrno == EAGAIN || readErrno == EWOULDBLOCK {
                     r.hostReadable = false
                     return
                 }
-                fail(r, "host \(SystemError("read", errno: .current))", now: now)
+                fail(r, "host \(SystemError("read", errno: Errno(readErrno)))", now: now)
                 return
             }
         }
@@ -306,16 +318,32 @@ final class RelayTable {
                     r.toHostStart = 0
                 }
                 if r.stackEOF || !r.stackEstablished { break }
-                // All of `toHost` is sent: emptied (its storage kept) before more is read onto it.
-                r.toHost.removeAll(keepingCapacity: true)
-                r.toHostStart = 0
-                if host.stack!.read(r.id, maximum: buffer.count, appendingTo: &r.toHost, now: now) == 0 {
-                    if host.atEndOfStream(r.id) {
-                        r.stackEOF = true
-                        shutdown(r.fd.rawValue, Int32(SHUT_WR))
+                // Sent from the stack's receive buffer where the bytes lie, as much as the socket
+                // takes (a piece at a time where the buffer wraps); what it does not take stays
+                // there, and our window reopens only as the host reads.
+                var offered = 0
+                var failure: SystemError?
+                let sent = host.stack!.read(r.id, maximum: buffer.count, now: now) { bytes in
+                    offered = bytes.count
+                    do throws(SystemError) {
+                        return try HostSocket.send(r.fd, bytes)
+                    } catch {
+                        failure = error
+                        return 0
                     }
-                    break
                 }
+                if let failure {
+                    fail(r, "host send: \(failure)", now: now)
+                    return
+                }
+                r.counters.value.bytesToHost += sent
+                r.bytesToHost += sent
+                if sent > 0 && sent == offered { continue }
+                if offered == 0 && host.atEndOfStream(r.id) {
+                    r.stackEOF = true
+                    shutdown(r.fd.rawValue, Int32(SHUT_WR))
+                }
+                break
             }
             // The host's bytes wait in its socket until our send buffer has room.
             if !r.hostEOF && r.hostReadable { readHost(r, now: now) }

@@ -37,6 +37,36 @@ public struct ByteQueue: Sendable {
         count += n
     }
 
+    /// Lets `fill` write up to `maximum` bytes straight into the free space after the tail and
+    /// keeps the count it returns (at most what it was offered; nothing for 0 or less). It is
+    /// offered one contiguous piece, fewer bytes than `maximum` where the free space wraps or
+    /// is short: the ring grows (as `append` would) only when less than 4 KiB of it is free.
+    /// For a reader that fills the queue from a descriptor with no buffer between them.
+    @discardableResult
+    public mutating func append(upTo maximum: Int, _ fill: (UnsafeMutableRawBufferPointer) -> Int) -> Int {
+        guard maximum > 0 else { return 0 }
+        let wanted = min(maximum, 4096)
+        if storage.count - count < wanted { grow(toHold: count + wanted) }
+        let (first, _) = pieces(offset: count, length: min(maximum, storage.count - count))
+        let n = storage.withUnsafeMutableBytes { ring in fill(UnsafeMutableRawBufferPointer(rebasing: ring[first])) }
+        let kept = min(max(n, 0), first.count)
+        count += kept
+        return kept
+    }
+
+    /// Calls `body` with up to `maximum` bytes from the head (one contiguous piece: fewer where
+    /// they wrap) and drops as many as it returns (at most what it was given). For a writer
+    /// that sends the queue to a descriptor with no buffer between them.
+    @discardableResult
+    public mutating func removeFirst(upTo maximum: Int, _ body: (UnsafeRawBufferPointer) -> Int) -> Int {
+        guard maximum > 0, count > 0 else { return 0 }
+        let (first, _) = pieces(offset: 0, length: min(maximum, count))
+        let n = storage.withUnsafeBytes { ring in body(UnsafeRawBufferPointer(rebasing: ring[first])) }
+        let taken = min(max(n, 0), first.count)
+        removeFirst(taken)
+        return taken
+    }
+
     /// Lays the bytes held out again from the start of a ring at least twice as large.
     private mutating func grow(toHold needed: Int) {
         var capacity = max(storage.count, 4096)

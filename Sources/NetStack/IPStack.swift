@@ -308,7 +308,7 @@ public struct IPStack: Sendable {
         counterBase.ipSent += 1
     }
 
-    // See `TCPConnection.takeSegments`: handed over whole, nothing allocated when empty.
+    // Handed over whole and replaced by an empty array, which allocates nothing when empty.
     public mutating func takeOutgoing() -> [[UInt8]] {
         collectSegments(releasingAcks: true)
         guard !outgoing.isEmpty else { return [] }

@@ -46,8 +46,10 @@ public enum TCPOption: Sendable, Equatable {
         }
     }
 
-    /// Appends the option's bytes to `b` (as many as fit in the header's 40).
+    /// Appends the option's bytes to `b`, whole or not at all: one that would run past the
+    /// header's 40 bytes is left out, never sent cut short.
     func append(to b: inout TCPOptionBytes) {
+        guard b.count + length <= TCPOptionBytes.capacity else { return }
         switch self {
         case .noOperation: b.append(1)
         case let .maximumSegmentSize(m):

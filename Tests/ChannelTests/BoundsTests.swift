@@ -518,6 +518,39 @@ extension BoundsTests {
         #expect(!queue.controlFits(1000, limit: 4096, reserve: 16 * 1024))
     }
 
+    /// A queue kept busy past its first 64 KiB written: frames appended from then on wait
+    /// behind what is left (nothing written is moved to make room), and the line still gets
+    /// every frame whole, in order.
+    @Test func aQueueKeptBusyWritesEveryFrameInOrder() {
+        let encoder = HDLCEncoder()
+        var queue = LineOutputQueue()
+        var line: [UInt8] = []
+        var sent: [[UInt8]] = []
+        var state: UInt64 = 7
+        func next(_ bound: Int) -> Int {
+            state = state &* 6364136223846793005 &+ 1442695040888963407
+            return Int((state >> 33) % UInt64(bound))
+        }
+        while line.count < 700_000 {
+            while queue.dataCount < 100_000 {
+                let information = [UInt8](repeating: UInt8(truncatingIfNeeded: sent.count), count: 40 + next(1400))
+                sent.append(information)
+                #expect(queue.appendDataFrame { out in
+                    encoder.encode(protocol: ProtocolNumber.ipv4, information: information, into: &out)
+                    return true
+                })
+            }
+            Self.write(&queue, upTo: 1 + next(6000), onto: &line)
+        }
+        while queue.count > 0 { Self.write(&queue, upTo: 4096, onto: &line) }
+        #expect(queue.dataStored == 0)
+        var decoder = HDLCDecoder()
+        let frames = decoder.decode(line)
+        #expect(frames.count == sent.count)
+        #expect(frames.map(\.information) == sent)
+        #expect(decoder.counters.droppedFrames == 0)
+    }
+
     /// A kernel that takes at most `n` bytes of what the queue offers, onto `line`.
     static func write(_ queue: inout LineOutputQueue, upTo n: Int, onto line: inout [UInt8]) {
         let chunk = queue.next

@@ -98,6 +98,20 @@ extension IPStack {
         connections.modify(id) { $0.write(bytes, now: now) } ?? 0
     }
 
+    /// `write` with `fill` putting the bytes straight into the send buffer (see
+    /// `TCPConnection.write(now:filling:)`); 0 for a connection that is gone.
+    @discardableResult
+    public mutating func write(_ id: ConnectionID, now: Instant, filling fill: (UnsafeMutableRawBufferPointer) -> Int) -> Int {
+        connections.modify(id) { $0.write(now: now, filling: fill) } ?? 0
+    }
+
+    /// `read` with the bytes handed straight from the receive buffer to `body` (see
+    /// `TCPConnection.read(maximum:now:taking:)`); 0 for a connection that is gone.
+    @discardableResult
+    public mutating func read(_ id: ConnectionID, maximum: Int = .max, now: Instant, taking body: (UnsafeRawBufferPointer) -> Int) -> Int {
+        connections.modify(id) { $0.read(maximum: maximum, now: now, taking: body) } ?? 0
+    }
+
     /// A `.writable` event once the send buffer has room again (see `TCPConnection.notifyWhenWritable`).
     public mutating func notifyWhenWritable(_ id: ConnectionID) { connections.modify(id) { $0.notifyWhenWritable() } }
 

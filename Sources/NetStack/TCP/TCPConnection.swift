@@ -251,7 +251,9 @@ public struct TCPConnection: Sendable {
     /// getter that is called rather than inlined is handed a copy of the whole connection.
     @inline(__always) public var writableBytes: Int {
         guard finSequence == nil, state == .established || state == .closeWait || state == .synSent || state == .synReceived else { return 0 }
-        return max(0, configuration.sendBufferSize - queuedBytes)
+        // Acknowledged bytes held for queued segments count too: the buffer never grows past
+        // its size because of them.
+        return max(0, configuration.sendBufferSize - sendBuffer.count)
     }
     /// Bytes written and not yet acknowledged.
     public var unacknowledgedBytes: Int { queuedBytes }
@@ -270,6 +272,25 @@ public struct TCPConnection: Sendable {
     public mutating func write<C: Collection<UInt8>>(_ bytes: C, now: Instant) -> Int {
         if let n = bytes.withContiguousStorageIfAvailable({ write(UnsafeRawBufferPointer($0), now: now) }) { return n }
         return Array(bytes).withUnsafeBytes { write($0, now: now) }
+    }
+
+    /// `write` with the bytes put straight into the send buffer by `fill` (a read from a
+    /// descriptor): it is offered at most `writableBytes`, as one contiguous piece, and
+    /// returns how many it wrote there. Returns that count. It never arms `.writable`: a caller
+    /// that finds no room asks for it (`notifyWhenWritable`). `fill` runs inside the stack's
+    /// access to the connection and must not call back into the stack.
+    public mutating func write(now: Instant, filling fill: (UnsafeMutableRawBufferPointer) -> Int) -> Int {
+        let n = sendBuffer.append(upTo: writableBytes, fill)
+        if n > 0 { output(now: now) }
+        return n
+    }
+
+    /// `read` with the bytes handed straight from the receive buffer to `body` (a write to a
+    /// descriptor), which returns how many it took; at most `maximum`, in one contiguous piece.
+    public mutating func read(maximum: Int = .max, now: Instant, taking body: (UnsafeRawBufferPointer) -> Int) -> Int {
+        let n = receiveBuffer.removeFirst(upTo: maximum, body)
+        if n > 0 { didRead(now: now) }
+        return n
     }
 
     public mutating func write(_ bytes: UnsafeRawBufferPointer, now: Instant) -> Int {
@@ -359,14 +380,14 @@ public struct TCPConnection: Sendable {
     public mutating func setKeepAlive(_ keepAlive: TCPKeepAlive?) { configuration.keepAlive = keepAlive }
     public mutating func setUserTimeout(_ timeout: Duration?) { configuration.userTimeout = timeout }
 
-    // Handed over whole and replaced by an empty array (which allocates nothing): emptying
-    // with `keepingCapacity` would allocate a new buffer every time, as the one handed over
-    // is still referenced.
+    /// The queued segments, each with its payload copied out of the send buffer: for a caller
+    /// that drives a connection on its own (the stack builds its packets from the queue in
+    /// place, `pendingSegments`).
     public mutating func takeSegments() -> [TCPSegment] {
         guard !outgoing.isEmpty else { return [] }
-        let segments = outgoing.map { s -> TCPSegment in
+        let segments = outgoing.compactMap { s -> TCPSegment? in
             var payload: [UInt8] = []
-            copyPayload(of: s, appendingTo: &payload)
+            guard copyPayload(of: s, appendingTo: &payload) else { return nil }
             return TCPSegment(header: s.header, payload: payload)
         }
         outgoing = []
