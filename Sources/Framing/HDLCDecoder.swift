@@ -131,10 +131,11 @@ public struct HDLCDecoder: Sendable {
             while i < n {
                 // Fast path, inside a frame. Escape pairs are taken one after another as they
                 // come (a peer may escape every byte); a run of plain bytes is scanned sixteen at
-                // a time, each block stored whole into the buffer's slack and counted only up to
-                // its first special byte. Whatever else needs the state machine (a flag, an
-                // ignored byte, an escape split across chunks or followed by a special byte)
-                // leaves it. `length <= capacity` holds throughout, so a block always fits.
+                // a time up to its first special byte, then copied: a run of at most sixteen as
+                // its one block, stored whole (into the buffer's slack) and counted up to the
+                // run. Whatever else needs the state machine (a flag, an ignored byte, an escape
+                // split across chunks or followed by a special byte) leaves it. `length <=
+                // capacity` holds throughout, so a block always fits.
                 fast: while !hunting && !escaped && !overflowed && i < n {
                     while i + 1 < n && p.load(fromByteOffset: i, as: UInt8.self) == HDLC.escape {
                         let value = p.load(fromByteOffset: i + 1, as: UInt8.self)
@@ -149,18 +150,32 @@ public struct HDLCDecoder: Sendable {
                         i += 2
                     }
                     if case .table = mode {} else {
-                        while i + 16 <= n {
-                            let block = p.loadUnaligned(fromByteOffset: i, as: SIMD16<UInt8>.self)
-                            UnsafeMutableRawPointer(buf + length).storeBytes(of: block, as: SIMD16<UInt8>.self)
-                            let run = mode.plainPrefix(block)
-                            length += run
-                            i += run
-                            if length > capacity {
+                        var j = i
+                        while j + 16 <= n {
+                            let block = p.loadUnaligned(fromByteOffset: j, as: SIMD16<UInt8>.self)
+                            if !mode.blockMayContainSpecial(block) {
+                                j += 16
+                                continue
+                            }
+                            j += mode.plainPrefix(block)
+                            break
+                        }
+                        let run = j - i
+                        if run > 0 {
+                            guard length + run <= capacity else {
                                 overflowed = true
                                 length = 0
                                 break fast
                             }
-                            if run < 16 { break }
+                            if run <= 16 {
+                                // Short: its whole block, into the slack; counted up to the run.
+                                let block = p.loadUnaligned(fromByteOffset: i, as: SIMD16<UInt8>.self)
+                                UnsafeMutableRawPointer(buf + length).storeBytes(of: block, as: SIMD16<UInt8>.self)
+                            } else {
+                                (buf + length).update(from: (p + i).assumingMemoryBound(to: UInt8.self), count: run)
+                            }
+                            length += run
+                            i = j
                         }
                     }
                     while i < n && cls[Int(p.load(fromByteOffset: i, as: UInt8.self))] == 0 {

@@ -41,6 +41,9 @@ public struct HDLCEncoder: Sendable {
         lcpScanMode = ScanMode(accm: lcp.accm, accmOnly: lcp.isACCMOnly)
     }
 
+    /// Frames whose worst case is at most this many bytes are escaped on the stack.
+    private static let scratchLimit = 1024
+
     /// The most bytes `encode` appends for an information field of `count` bytes.
     public static func maximumEncodedLength(informationCount count: Int, fcs: FCSKind) -> Int {
         // Opening and closing flag, then header, information and FCS, each possibly escaped.
@@ -75,32 +78,44 @@ public struct HDLCEncoder: Sendable {
         let table = lcpNegotiation ? lcpTable : escapeTable
         let mode = lcpNegotiation ? lcpScanMode : scanMode
         let needsOpeningFlag = out.last != HDLC.flag
-        let start = out.count
         let worst = HDLCEncoder.maximumEncodedLength(informationCount: information.count, fcs: fcs) + 8
-        out.append(contentsOf: repeatElement(0, count: worst))
-        var written = 0
+        var fcsTrailer: (UInt32, Int) = (0, 0)
         withUnsafeBytes(of: header) { headerBytes in
             let headerView = UnsafeRawBufferPointer(rebasing: headerBytes[0..<headerCount])
-            var fcsTrailer: (UInt32, Int) = (0, 0)
             switch fcs {
             case .none: break
             case .fcs16: fcsTrailer = (UInt32(~FCS16.update(FCS16.update(FCS16.initial, headerView), information)), 2)
             case .fcs32: fcsTrailer = (~FCS32.update(FCS32.update(FCS32.initial, headerView), information), 4)
             }
-            out.withUnsafeMutableBufferPointer { buffer in
-                let dst = buffer.baseAddress! + start
-                var n = 0
-                if needsOpeningFlag { dst[0] = HDLC.flag; n = 1 }
-                n += Self.escape(headerView, table: table.entries, mode: mode, to: dst + n)
-                n += Self.escape(information, table: table.entries, mode: mode, to: dst + n)
-                withUnsafeBytes(of: fcsTrailer.0.littleEndian) { trailer in
-                    n += Self.escape(UnsafeRawBufferPointer(rebasing: trailer[0..<fcsTrailer.1]),
-                                     table: table.entries, mode: mode, to: dst + n)
-                }
-                dst[n] = HDLC.flag
-                written = n + 1
-            }
         }
+        let trailer = fcsTrailer
+        /// Writes the frame at `dst` (room for `worst` bytes) and returns its length.
+        func frame(_ dst: UnsafeMutablePointer<UInt8>) -> Int {
+            var n = 0
+            if needsOpeningFlag { dst[0] = HDLC.flag; n = 1 }
+            withUnsafeBytes(of: header) { headerBytes in
+                n += Self.escape(UnsafeRawBufferPointer(rebasing: headerBytes[0..<headerCount]), table: table.entries, mode: mode, to: dst + n)
+            }
+            n += Self.escape(information, table: table.entries, mode: mode, to: dst + n)
+            withUnsafeBytes(of: trailer.0.littleEndian) { t in
+                n += Self.escape(UnsafeRawBufferPointer(rebasing: t[0..<trailer.1]), table: table.entries, mode: mode, to: dst + n)
+            }
+            dst[n] = HDLC.flag
+            return n + 1
+        }
+        if worst <= HDLCEncoder.scratchLimit {
+            // A small frame is escaped on the stack and appended in one copy of what it came to.
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: worst) { scratch in
+                let n = frame(scratch.baseAddress!)
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: scratch[0..<n]))
+            }
+            return
+        }
+        // Room for the worst case, then cut to what was written.
+        let start = out.count
+        out.append(contentsOf: repeatElement(0, count: worst))
+        var written = 0
+        out.withUnsafeMutableBufferPointer { buffer in written = frame(buffer.baseAddress! + start) }
         out.removeLast(worst - written)
     }
 

@@ -57,6 +57,45 @@ import Testing
         }
     }
 
+    /// Filled in place (as a relay's read fills it) and emptied in place (as its send empties
+    /// it), through wraps and growth, against a plain array: each is offered one contiguous
+    /// piece, never more than asked, and only what it says it used counts.
+    @Test func fillsAndEmptiesInPlaceAsAnArrayWould() {
+        var random = SplitMix64(seed: 0x1D1E)
+        var queue = ByteQueue()
+        var model: [UInt8] = []
+        var next: UInt8 = 0
+        for _ in 0..<2000 {
+            let asked = Int(random.next() % 9000) - 10
+            if random.next() % 2 == 0 {
+                let usePart = random.next() % 4
+                var offered = 0
+                let kept = queue.append(upTo: asked) { space in
+                    offered = space.count
+                    // A read may bring all, some, nothing, or fail (-1).
+                    let n = usePart == 3 ? -1 : space.count * Int(usePart) / 2
+                    for i in 0..<max(0, min(n, space.count)) { next &+= 1; space[i] = next; model.append(next) }
+                    return n
+                }
+                #expect(offered <= max(0, asked))
+                #expect(kept == max(0, min(offered * Int(usePart) / 2, offered)) || (usePart == 3 && kept == 0))
+                if asked > 0 { #expect(offered > 0) }
+            } else {
+                var given: [UInt8] = []
+                let take = random.next() % 3
+                let taken = queue.removeFirst(upTo: asked) { bytes in
+                    given = Array(bytes)
+                    return take == 2 ? bytes.count + 5 : bytes.count * Int(take) / 2
+                }
+                #expect(given.count <= max(0, asked) && given == Array(model.prefix(given.count)))
+                #expect(taken == min(given.count, take == 2 ? given.count : given.count * Int(take) / 2))
+                model.removeFirst(taken)
+            }
+            #expect(queue.count == model.count)
+            #expect(queue.copy(offset: 0, length: queue.count) == model)
+        }
+    }
+
     @Test func anEmptyQueueCopiesAndTakesNothing() {
         var queue = ByteQueue()
         #expect(queue.copy(offset: 0, length: 0) == [])
