@@ -63,7 +63,7 @@ public final class EventLoop: @unchecked Sendable {
     // Unchecked in release builds (docs/PERFORMANCE.md says why): plain values and standard
     // collections, never changed across a call back into this object.
     #if DEBUG
-    private var registrations: [FileDescriptor: Registration] = [:]
+    private var registrations = DescriptorTable<Registration>()
     private var clients: [ObjectIdentifier: LoopClient] = [:]
     private var clientDeadlines = DeadlineHeap<ObjectIdentifier>()
     private var ready: [ObjectIdentifier] = []
@@ -73,7 +73,7 @@ public final class EventLoop: @unchecked Sendable {
     private var timerBodies: [Int: () -> Void] = [:]
     private var deferred: [() -> Void] = []
     #else
-    @exclusivity(unchecked) private var registrations: [FileDescriptor: Registration] = [:]
+    @exclusivity(unchecked) private var registrations = DescriptorTable<Registration>()
     @exclusivity(unchecked) private var clients: [ObjectIdentifier: LoopClient] = [:]
     @exclusivity(unchecked) private var clientDeadlines = DeadlineHeap<ObjectIdentifier>()
     @exclusivity(unchecked) private var ready: [ObjectIdentifier] = []
@@ -156,7 +156,7 @@ public final class EventLoop: @unchecked Sendable {
         var e = epoll_event()
         e.events = events
         e.data.fd = fd.rawValue
-        if epoll_ctl(epoll, EPOLL_CTL_MOD, fd.rawValue, &e) == 0 { registrations[fd]?.interest = events }
+        if epoll_ctl(epoll, EPOLL_CTL_MOD, fd.rawValue, &e) == 0 { registrations.modify(fd) { $0.interest = events } }
     }
 
     /// Stops watching `fd` (before it is closed, so a reused number is never confused with it).

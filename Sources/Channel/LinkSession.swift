@@ -35,6 +35,8 @@ public final class LinkSession: LoopClient {
     private var started = Instant(nanoseconds: 0)
     /// What carries IP once IPCP is up; without one, IP packets are counted and dropped.
     public let attachment: NetworkAttachment?
+    /// `attachment` when it is our own stack, cast once: `service` marks it on every call.
+    private let stackAttachment: StackAttachment?
     /// Seeded frame loss on the line, both ways, for recovery tests against real peers.
     private var inboundLoss: FrameDropper?
     /// Bit errors on what this session writes to its line (a simulated terminal's noisy
@@ -119,6 +121,7 @@ public final class LinkSession: LoopClient {
         self.line = line
         self.link = link
         self.attachment = attachment
+        self.stackAttachment = attachment as? StackAttachment
         flow = LineFlowControl(limit: LineFlowControl.defaultLimit(bitsPerSecond: line.bitsPerSecond))
         dropsFrames = frameLoss > 0
         if frameLoss > 0 {
@@ -220,7 +223,7 @@ public final class LinkSession: LoopClient {
     public func service(now: Instant) {
         guard downReason == nil else { return }
         // Work the stack is given while this runs is sent by this same service.
-        let stack = attachment as? StackAttachment
+        let stack = stackAttachment
         stack?.insideSessionService = true
         defer { stack?.insideSessionService = false }
         if flow.clockReadDue(now: now) {
