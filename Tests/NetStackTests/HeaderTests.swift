@@ -14,6 +14,22 @@ import Testing
     /// The word-at-a-time sum against RFC 1071's definition, 16 big-endian bits at a time:
     /// every length to 300, whole and in even chunks, from several starting sums; data of
     /// random bytes, all zeros and all ones (which make every carry and the ±0 cases).
+    /// Long runs (where the vector lanes are emptied on the way) and every tail length.
+    @Test(arguments: [1500, 65_535, 262_144 + 8, 600_000 + 13])
+    func internetChecksumOfLongRunsEqualsTheDefinition(length: Int) {
+        var random = SplitMix64(seed: UInt64(length))
+        for bytes in [[UInt8](repeating: 0xFF, count: length), (0..<length).map { _ in UInt8(truncatingIfNeeded: random.next()) }] {
+            var s: UInt64 = 0
+            var i = 0
+            while i < bytes.count {
+                s += UInt64(bytes[i]) << 8 | (i + 1 < bytes.count ? UInt64(bytes[i + 1]) : 0)
+                i += 2
+            }
+            while s >> 16 != 0 { s = (s & 0xFFFF) + (s >> 16) }
+            #expect(InternetChecksum.checksum(bytes) == ~UInt16(s))
+        }
+    }
+
     @Test func internetChecksumEqualsTheWordByWordDefinition() {
         func reference(_ bytes: [UInt8], _ initial: UInt64) -> UInt16 {
             var s = initial
