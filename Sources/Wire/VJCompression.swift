@@ -288,6 +288,8 @@ public struct VJCompressor: Sendable {
     }
 
     private mutating func touch(_ slot: Int) {
+        // The common case, one connection sending on: already the most recent.
+        if recency.first == slot { return }
         recency.removeAll { $0 == slot }
         recency.insert(slot, at: 0)
     }
