@@ -16,19 +16,6 @@ public enum BigEndian {
     @inlinable
     public static func bytes(_ v: UInt32) -> [UInt8] { [UInt8(v >> 24), UInt8(v >> 16 & 0xFF), UInt8(v >> 8 & 0xFF), UInt8(v & 0xFF)] }
 
-    /// Appends `v` to `h` (headers written straight into the buffer that carries them).
-    @inlinable
-    public static func append(_ v: UInt16, to h: inout [UInt8]) {
-        h.append(UInt8(v >> 8))
-        h.append(UInt8(v & 0xFF))
-    }
-
-    @inlinable
-    public static func append(_ v: UInt32, to h: inout [UInt8]) {
-        append(UInt16(v >> 16), to: &h)
-        append(UInt16(v & 0xFFFF), to: &h)
-    }
-
     /// Stores `v` at `i` in `h`.
     @inlinable
     public static func put(_ v: UInt16, into h: inout [UInt8], at i: Int) {

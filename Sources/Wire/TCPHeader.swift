@@ -75,18 +75,6 @@ public enum TCPOption: Sendable, Equatable {
             for d in data.prefix(253) { b.append(d) }
         }
     }
-
-    var bytes: [UInt8] {
-        switch self {
-        case .noOperation: return [1]
-        case let .maximumSegmentSize(m): return [2, 4] + BigEndian.bytes(m)
-        case let .windowScale(s): return [3, 3, s]
-        case .sackPermitted: return [4, 2]
-        case let .sack(blocks): return [5, UInt8(clamping: 2 + 8 * blocks.count)] + blocks.flatMap { BigEndian.bytes($0.0.rawValue) + BigEndian.bytes($0.1.rawValue) }
-        case let .timestamps(v, e): return [8, 10] + BigEndian.bytes(v) + BigEndian.bytes(e)
-        case let .other(kind, data): return [kind, UInt8(clamping: 2 + data.count)] + data.prefix(253)
-        }
-    }
 }
 
 /// A TCP header (RFC 9293 §3.1).
