@@ -65,24 +65,11 @@ enum ScanMode: Sendable {
         } else { self = .table }
     }
 
-    /// A word whose lowest set bit is the high bit of the first byte of `x` (in memory order)
-    /// that is in the set; zero when none is. Bits above that one may be set spuriously (a
-    /// borrow runs upward), but none below it: `trailingZeroBitCount >> 3` is its index.
-    /// Always non-zero for `.table`, which the caller must scan byte by byte.
-    @inline(__always) func specialBytes(_ word: UInt64) -> UInt64 {
-        let x = UInt64(littleEndian: word)
-        switch self {
-        case .flagAndEscape: return WordScan.hasFlagOrEscape(x)
-        case .controlsFlagAndEscape: return WordScan.hasControlFlagOrEscape(x)
-        case .table: return 1
-        }
-    }
-
-    /// True when one of the sixteen bytes of `block` is in the set (always, for `.table`).
-    /// Sixteen at a time with vector compares (SSE2 on x86-64, NEON on ARM); the word tests
-    /// then find which byte it is. Written vector against vector, and reduced through the
-    /// lanes' bits: the forms taking a scalar, and `any`, are not always made vector code.
-    @inline(__always) func blockMayContainSpecial(_ block: SIMD16<UInt8>) -> Bool {
+    /// The vector compare of `block` against the set, as two words whose bytes are 0xFF where
+    /// a byte is in the set; nil for `.table`. Sixteen at a time with vector compares (SSE2 on
+    /// x86-64, NEON on ARM), written vector against vector and reduced through the lanes' bits:
+    /// the forms taking a scalar, and `any`, are not always made vector code.
+    @inline(__always) private func specialLanes(_ block: SIMD16<UInt8>) -> SIMD2<UInt64>? {
         let flag = SIMD16<UInt8>(repeating: HDLC.flag), escape = SIMD16<UInt8>(repeating: HDLC.escape)
         let special: SIMDMask<SIMD16<Int8>>
         switch self {
@@ -92,28 +79,24 @@ enum ScanMode: Sendable {
             // Below 0x20: the top three bits clear.
             special = ((block & SIMD16<UInt8>(repeating: 0xE0)) .== SIMD16<UInt8>()) .| (block .== flag) .| (block .== escape)
         case .table:
-            return true
+            return nil
         }
-        let lanes = unsafeBitCast(special, to: SIMD2<UInt64>.self)
+        return unsafeBitCast(special, to: SIMD2<UInt64>.self)
+    }
+
+    /// True when one of the sixteen bytes of `block` is in the set (always, for `.table`); the
+    /// word tests then find which byte it is.
+    @inline(__always) func blockMayContainSpecial(_ block: SIMD16<UInt8>) -> Bool {
+        guard let lanes = specialLanes(block) else { return true }
         return lanes[0] | lanes[1] != 0
     }
 
     /// How many of the sixteen bytes of `block` come before the first one in the set (16 when
-    /// none is): exact, from the lanes of the vector compare. Not for `.table`.
+    /// none is): exact, from the lanes of the compare. 0 for `.table`.
     @inline(__always) func plainPrefix(_ block: SIMD16<UInt8>) -> Int {
-        let flag = SIMD16<UInt8>(repeating: HDLC.flag), escape = SIMD16<UInt8>(repeating: HDLC.escape)
-        let special: SIMDMask<SIMD16<Int8>>
-        switch self {
-        case .flagAndEscape:
-            special = (block .== flag) .| (block .== escape)
-        case .controlsFlagAndEscape:
-            special = ((block & SIMD16<UInt8>(repeating: 0xE0)) .== SIMD16<UInt8>()) .| (block .== flag) .| (block .== escape)
-        case .table:
-            return 0
-        }
-        let lanes = unsafeBitCast(special, to: SIMD2<UInt64>.self)
+        guard let lanes = specialLanes(block) else { return 0 }
         if lanes[0] != 0 { return lanes[0].trailingZeroBitCount >> 3 }
-        return 8 + lanes[1].trailingZeroBitCount >> 3
+        return 8 + (lanes[1].trailingZeroBitCount >> 3)
     }
 
     @inline(__always) func mayContainSpecial(_ x: UInt64) -> Bool {
