@@ -8,8 +8,7 @@
 // classes: random, all 0x7E (every byte escaped), one byte in ten escaped, and random in
 // 64-byte frames (ACK-sized traffic, where the cost per frame shows); by our framer and by a plain C
 // implementation of the RFC's byte-at-a-time table loop (Tools/CFramingBaseline, -O2).
-// Both must produce identical bytes and frame counts; the best of several rounds counts, ours
-// and C's taken in turn.
+// Both must produce identical bytes and frame counts; the best of several rounds counts.
 import CFramingBaseline
 import Dispatch
 import Foundation
@@ -60,16 +59,14 @@ func seconds(_ d: Duration) -> Double {
     Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
 }
 
-/// The best of `rounds` runs of `a` and of `b`, taken in turn (a, b, a, b, …): a slow spell of
-/// the machine (a neighbour, the CPU's clock) falls on both alike, not on whichever ran then.
-func bestInTurn(_ rounds: Int, _ a: () -> Void, _ b: () -> Void) -> (Double, Double) {
+func best(_ rounds: Int, _ body: () -> Void) -> Double {
     let clock = ContinuousClock()
-    var fastestA = Double.infinity, fastestB = Double.infinity
+    var fastest = Double.infinity
     for _ in 0..<rounds {
-        fastestA = min(fastestA, seconds(clock.measure(a)))
-        fastestB = min(fastestB, seconds(clock.measure(b)))
+        let t = clock.measure(body)
+        fastest = min(fastest, seconds(t))
     }
-    return (fastestA, fastestB)
+    return fastest
 }
 
 struct Measurement {
@@ -86,12 +83,10 @@ func measure(name: String, payload: [UInt8], options o: Options) -> Measurement 
     let encoder = HDLCEncoder(fcs: .fcs16, escapes: EscapeSet(accm: accm))
     let worst = 1 + frameCount * (HDLCEncoder.maximumEncodedLength(informationCount: o.frameLength, fcs: .fcs16))
 
-    // Encode: ours, and the C baseline, in turn.
+    // Encode: ours.
     var stream: [UInt8] = []
     stream.reserveCapacity(worst + 64)
-    var cStream = [UInt8](repeating: 0, count: worst + 64)
-    var cLength = 0
-    let (swiftEncode, cEncode) = bestInTurn(o.rounds, {
+    let swiftEncode = best(o.rounds) {
         stream.removeAll(keepingCapacity: true)
         payload.withUnsafeBytes { all in
             for f in 0..<frameCount {
@@ -99,13 +94,17 @@ func measure(name: String, payload: [UInt8], options o: Options) -> Measurement 
                 encoder.encode(protocol: .ipv4, information: slice, into: &stream)
             }
         }
-    }, {
+    }
+    // Encode: the C baseline.
+    var cStream = [UInt8](repeating: 0, count: worst + 64)
+    var cLength = 0
+    let cEncode = best(o.rounds) {
         cLength = payload.withUnsafeBufferPointer { p in
             cStream.withUnsafeMutableBufferPointer { out in
                 cbaseline_encode(p.baseAddress, o.frameLength, frameCount, 0x0021, accm, out.baseAddress)
             }
         }
-    })
+    }
     guard cLength == stream.count, cStream[0..<cLength].elementsEqual(stream) else {
         fail("\(name): the C baseline and our encoder disagree (\(cLength) vs \(stream.count) bytes)")
     }
@@ -114,10 +113,7 @@ func measure(name: String, payload: [UInt8], options o: Options) -> Measurement 
     let chunk = 4096
     var frames = 0
     var decodedBytes = 0
-    var cFrames = 0
-    var cBytes = 0
-    var cBuffer = [UInt8](repeating: 0, count: o.frameLength + 8)
-    let (swiftDecode, cDecode) = bestInTurn(o.rounds, {
+    let swiftDecode = best(o.rounds) {
         var decoder = HDLCDecoder(fcs: .fcs16, mru: o.frameLength, receiveACCM: 0)
         frames = 0
         decodedBytes = 0
@@ -132,7 +128,11 @@ func measure(name: String, payload: [UInt8], options o: Options) -> Measurement 
                 offset = end
             }
         }
-    }, {
+    }
+    var cFrames = 0
+    var cBytes = 0
+    var cBuffer = [UInt8](repeating: 0, count: o.frameLength + 8)
+    let cDecode = best(o.rounds) {
         var d = cbaseline_decoder()
         cBuffer.withUnsafeMutableBufferPointer { b in
             cbaseline_decoder_init(&d, b.baseAddress, b.count, 0)
@@ -147,7 +147,7 @@ func measure(name: String, payload: [UInt8], options o: Options) -> Measurement 
         }
         cFrames = d.frames
         cBytes = d.information_bytes
-    })
+    }
     guard frames == frameCount, cFrames == frameCount, decodedBytes == informationBytes, cBytes == informationBytes else {
         fail("\(name): decoded \(frames) frames (C: \(cFrames)) of \(frameCount)")
     }
