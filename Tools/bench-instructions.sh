@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Instructions per MB moved and per round trip through `pppbridge-bench bridge`, counted by
-# valgrind's callgrind. Unlike the bench's time and CPU figures, the count hardly moves from one
-# run to the next on a busy machine, so two builds compare on one run each.
+# valgrind's callgrind. Unlike the bench's time and CPU figures, the count does not follow the
+# machine's load; it still moves by a few percent between runs of one binary (under valgrind's
+# pace a bulk phase may overflow the line queue, and the packets dropped there bring SACK and
+# retransmission work), so compare builds on two runs each.
 #
 # The bench runs three times: --mib N --rounds R, --mib 2N --rounds R and --mib N --rounds 2R.
 # The second's extra count is divided by the extra bytes moved (N MiB each way), the third's by
