@@ -101,13 +101,14 @@ final class RelayTable {
     #if DEBUG
     private(set) var relays: [ConnectionID: Relay] = [:]
     private var dirty: [Relay] = []
-    private var buffer = [UInt8](repeating: 0, count: 65536)
     #else
     @exclusivity(unchecked) private(set) var relays: [ConnectionID: Relay] = [:]
     @exclusivity(unchecked) private var dirty: [Relay] = []
-    @exclusivity(unchecked) private var buffer = [UInt8](repeating: 0, count: 65536)
     #endif
     private var spareDirty: [Relay] = []
+    /// The most a relay reads from its host socket, or sends to it, in one system call: the
+    /// bytes go straight between the socket and the connection's buffers.
+    private static let chunk = 65536
     /// Why the last relay that failed did: what a report shows beside the count.
     var lastFailure: String?
 
@@ -270,7 +271,7 @@ final class RelayTable {
             var n = 0
             var readErrno: Int32 = 0
             host.stack!.write(r.id, now: now) { space in
-                want = min(space.count, buffer.count)
+                want = min(space.count, RelayTable.chunk)
                 n = retryingOnInterrupt { read(fd, space.baseAddress, want) }
                 if n < 0 { readErrno = errno }
                 return n
@@ -323,7 +324,7 @@ final class RelayTable {
                 // there, and our window reopens only as the host reads.
                 var offered = 0
                 var failure: SystemError?
-                let sent = host.stack!.read(r.id, maximum: buffer.count, now: now) { bytes in
+                let sent = host.stack!.read(r.id, maximum: RelayTable.chunk, now: now) { bytes in
                     offered = bytes.count
                     do throws(SystemError) {
                         return try HostSocket.send(r.fd, bytes)
