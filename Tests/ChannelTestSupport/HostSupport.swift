@@ -158,6 +158,17 @@ public enum Host {
         (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? -1
     }
 
+    /// This process's descriptors open on the file at `path` (symbolic links followed), as
+    /// `/proc/self/fd` names them: unlike `openDescriptors`, it counts only what is open on
+    /// that file, not what other suites running beside a test open.
+    public static func descriptors(openOn path: String) -> Int {
+        guard let resolved = realpath(path, nil) else { return 0 }
+        let target = String(cString: resolved)
+        free(resolved)
+        let fds = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd")) ?? []
+        return fds.filter { (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/fd/\($0)")) == target }.count
+    }
+
     public enum SocketEnd: Sendable { case local, remote, either }
 
     /// This process's open TCP sockets with `port` at their local or remote end (or either),
