@@ -281,6 +281,7 @@ func bridge(_ o: BridgeOptions) async {
     let (rawRTT, relayRTT, oursRTT) = (timed[0], timed[1], timed[2])
     // How the host side read its line: on arrival, or on the clock (`LineReadModeration`).
     let hostLine = channel.status.lineQueue
+    if ProcessInfo.processInfo.environment["BENCH_REPORT"] != nil { for l in channel.report() { print("host:", l) }; for l in terminal.report() { print("terminal:", l) } }
     _ = await channel.close()
     await terminal.stop()
 
