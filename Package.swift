@@ -31,7 +31,9 @@ let package = Package(
         // Sans-IO protocol cores.
         // Carry-less multiplication for the FCS of long frames (x86-64 PCLMULQDQ, checked at run time).
         .target(name: "CCarrylessMultiply"),
-        .target(name: "Framing", dependencies: ["CCarrylessMultiply"]),
+        // Sixteen bytes tested against the framing's special bytes with one vector mask (SSE2).
+        .target(name: "CVectorScan"),
+        .target(name: "Framing", dependencies: ["CCarrylessMultiply", "CVectorScan"]),
         .target(name: "PPP", dependencies: ["Framing", "Wire", "Crypto"]),
         .target(name: "Wire"),
         .target(name: "NetStack", dependencies: ["Wire"]),
@@ -103,7 +105,7 @@ let package = Package(
             path: "Tools/Fuzz/PacketParsers"
         ),
 
-        .testTarget(name: "FramingTests", dependencies: ["Framing", "CCarrylessMultiply", "NetStack"]),
+        .testTarget(name: "FramingTests", dependencies: ["Framing", "CCarrylessMultiply", "CVectorScan", "NetStack"]),
         .testTarget(name: "PPPTests", dependencies: ["PPP", "Framing", "NetStack"]),
         .testTarget(name: "NetStackTests", dependencies: ["NetStack"]),
         .testTarget(name: "ProxyTests", dependencies: ["Proxy", "NetStack"]),

@@ -1,3 +1,5 @@
+import CVectorScan
+
 /// A 256-entry byte table with a stable address, for the framing loops.
 /// Immutable after initialisation, so it can be shared between encoders and decoders.
 final class ByteClassTable: @unchecked Sendable {
@@ -84,19 +86,41 @@ enum ScanMode: Sendable {
         return unsafeBitCast(special, to: SIMD2<UInt64>.self)
     }
 
-    /// True when one of the sixteen bytes of `block` is in the set (always, for `.table`); the
-    /// word tests then find which byte it is.
-    @inline(__always) func blockMayContainSpecial(_ block: SIMD16<UInt8>) -> Bool {
-        guard let lanes = specialLanes(block) else { return true }
-        return lanes[0] | lanes[1] != 0
-    }
-
     /// How many of the sixteen bytes of `block` come before the first one in the set (16 when
     /// none is): exact, from the lanes of the compare. 0 for `.table`.
     @inline(__always) func plainPrefix(_ block: SIMD16<UInt8>) -> Int {
         guard let lanes = specialLanes(block) else { return 0 }
         if lanes[0] != 0 { return lanes[0].trailingZeroBitCount >> 3 }
         return 8 + (lanes[1].trailingZeroBitCount >> 3)
+    }
+
+    /// How many of the sixteen bytes at `p` come before the first one in the set: 16 when none
+    /// is, 0 for `.table`. On x86-64 one SSE2 compare per value and a move of the lanes' mask
+    /// (`CVectorScan`); elsewhere the portable vector form above.
+    @inline(__always) func plainPrefix16(_ p: UnsafeRawPointer) -> Int {
+        #if arch(x86_64)
+        switch self {
+        case .flagAndEscape: return Int(pb_plain_prefix16(p, 0))
+        case .controlsFlagAndEscape: return Int(pb_plain_prefix16(p, 1))
+        case .table: return 0
+        }
+        #else
+        return plainPrefix(p.loadUnaligned(as: SIMD16<UInt8>.self))
+        #endif
+    }
+
+    /// The same over thirty-two bytes at `p`: 32 when none is in the set, 0 for `.table`.
+    @inline(__always) func plainPrefix32(_ p: UnsafeRawPointer) -> Int {
+        #if arch(x86_64)
+        switch self {
+        case .flagAndEscape: return Int(pb_plain_prefix32(p, 0))
+        case .controlsFlagAndEscape: return Int(pb_plain_prefix32(p, 1))
+        case .table: return 0
+        }
+        #else
+        let first = plainPrefix16(p)
+        return first < 16 ? first : 16 + plainPrefix16(p + 16)
+        #endif
     }
 
     @inline(__always) func mayContainSpecial(_ x: UInt64) -> Bool {

@@ -151,14 +151,16 @@ public struct HDLCDecoder: Sendable {
                     }
                     if case .table = mode {} else {
                         var j = i
-                        while j + 16 <= n {
-                            let block = p.loadUnaligned(fromByteOffset: j, as: SIMD16<UInt8>.self)
-                            if !mode.blockMayContainSpecial(block) {
-                                j += 16
-                                continue
+                        scan: do {
+                            while j + 32 <= n {
+                                let plain = mode.plainPrefix32(p + j)
+                                j += plain
+                                if plain < 32 { break scan }
                             }
-                            j += mode.plainPrefix(block)
-                            break
+                            if j + 16 <= n {
+                                let plain = mode.plainPrefix16(p + j)
+                                j += plain
+                            }
                         }
                         let run = j - i
                         if run > 0 {

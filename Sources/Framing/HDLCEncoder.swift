@@ -75,13 +75,17 @@ public struct HDLCEncoder: Sendable {
                 headerCount += 2
             }
         }
+        // Constants from here on: the nested function below then reads them without the
+        // run-time exclusivity check a captured variable costs.
+        let headerBytes = header
+        let headerLength = headerCount
         let table = lcpNegotiation ? lcpTable : escapeTable
         let mode = lcpNegotiation ? lcpScanMode : scanMode
         let needsOpeningFlag = out.last != HDLC.flag
         let worst = HDLCEncoder.maximumEncodedLength(informationCount: information.count, fcs: fcs) + 8
         var fcsTrailer: (UInt32, Int) = (0, 0)
-        withUnsafeBytes(of: header) { headerBytes in
-            let headerView = UnsafeRawBufferPointer(rebasing: headerBytes[0..<headerCount])
+        withUnsafeBytes(of: headerBytes) { h in
+            let headerView = UnsafeRawBufferPointer(rebasing: h[0..<headerLength])
             switch fcs {
             case .none: break
             case .fcs16: fcsTrailer = (UInt32(~FCS16.update(FCS16.update(FCS16.initial, headerView), information)), 2)
@@ -93,8 +97,8 @@ public struct HDLCEncoder: Sendable {
         func frame(_ dst: UnsafeMutablePointer<UInt8>) -> Int {
             var n = 0
             if needsOpeningFlag { dst[0] = HDLC.flag; n = 1 }
-            withUnsafeBytes(of: header) { headerBytes in
-                n += Self.escape(UnsafeRawBufferPointer(rebasing: headerBytes[0..<headerCount]), table: table.entries, mode: mode, to: dst + n)
+            withUnsafeBytes(of: headerBytes) { h in
+                n += Self.escape(UnsafeRawBufferPointer(rebasing: h[0..<headerLength]), table: table.entries, mode: mode, to: dst + n)
             }
             n += Self.escape(information, table: table.entries, mode: mode, to: dst + n)
             withUnsafeBytes(of: trailer.0.littleEndian) { t in
@@ -131,10 +135,11 @@ public struct HDLCEncoder: Sendable {
     }
 
     /// Escapes `src` into `dst` (which has room for twice its length plus 8) and returns the
-    /// bytes written. Sixteen bytes that need no escape are copied as one vector, eight as one
-    /// word; otherwise each
-    /// byte costs one table load: the entry holds the one or two output bytes and their count,
-    /// and the loop always stores two bytes and advances by the count, without branching.
+    /// bytes written. A run that needs no escape is found 32 bytes at a time and copied as
+    /// blocks; a special byte right at the scan sends the next eight through the table. Each
+    /// byte through the table costs one load: the entry holds the one or two output bytes and
+    /// their count, and the loop always stores two bytes and advances by the count, without
+    /// branching.
     @inline(__always)
     static func escape(_ src: UnsafeRawBufferPointer, table: UnsafePointer<UInt32>, mode: ScanMode,
                        to dst: UnsafeMutablePointer<UInt8>) -> Int {
@@ -149,16 +154,36 @@ public struct HDLCEncoder: Sendable {
             j &+= Int(entry >> 16)
         }
         if case .table = mode {} else {
-            while i + 8 <= count {
-                if i + 16 <= count {
-                    let block = s.loadUnaligned(fromByteOffset: i, as: SIMD16<UInt8>.self)
-                    if !mode.blockMayContainSpecial(block) {
-                        raw.storeBytes(of: block, toByteOffset: j, as: SIMD16<UInt8>.self)
-                        i += 16
-                        j += 16
-                        continue
+            while i + 16 <= count {
+                let wide = i + 32 <= count
+                let plain = wide ? mode.plainPrefix32(s + i) : mode.plainPrefix16(s + i)
+                if plain == 0 {
+                    // A special byte at once, as in a run a peer made all escapes: eight
+                    // bytes through the table, with no scan between them.
+                    var w = UInt64(littleEndian: s.loadUnaligned(fromByteOffset: i, as: UInt64.self))
+                    for _ in 0..<8 {
+                        put(UInt8(truncatingIfNeeded: w))
+                        w >>= 8
                     }
+                    i += 8
+                    continue
                 }
+                // The plain run is copied as its whole block(s), counted up to the run; the
+                // bytes after it are written over. In bounds: `j <= 2 * i` and the block ends
+                // at most at `count`, so the store ends before `2 * count`.
+                raw.storeBytes(of: s.loadUnaligned(fromByteOffset: i, as: SIMD16<UInt8>.self), toByteOffset: j, as: SIMD16<UInt8>.self)
+                if wide {
+                    raw.storeBytes(of: s.loadUnaligned(fromByteOffset: i + 16, as: SIMD16<UInt8>.self), toByteOffset: j + 16, as: SIMD16<UInt8>.self)
+                }
+                i += plain
+                j += plain
+                if plain < (wide ? 32 : 16) {
+                    // The special byte that ended the run.
+                    put(s.load(fromByteOffset: i, as: UInt8.self))
+                    i += 1
+                }
+            }
+            while i + 8 <= count {
                 let word = s.loadUnaligned(fromByteOffset: i, as: UInt64.self)
                 if mode.mayContainSpecial(word) {
                     var w = UInt64(littleEndian: word)

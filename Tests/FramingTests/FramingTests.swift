@@ -221,6 +221,33 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
         }
     }
 
+    /// Runs of every length up to 200 bytes, plain, sparse, dense and all special, against the
+    /// byte-by-byte definition of RFC 1662 §4.2, for both sets the vector scan is used with:
+    /// the runs cross the 32-, 16- and 8-byte steps of the scan at every offset.
+    @Test(arguments: [UInt32(0), 0xFFFF_FFFF])
+    func escapedRunsOfEveryLengthAndDensityMatchTheDefinition(accm: UInt32) {
+        let encoder = HDLCEncoder(fcs: .none, escapes: EscapeSet(accm: accm), compressAddressControl: true, compressProtocol: true)
+        var rng = TestRandom(seed: UInt64(accm) ^ 0x1662)
+        let specials: [UInt8] = [0x7E, 0x7D, 0x00, 0x1F]
+        for length in 0...200 {
+            for density in [0, 1, 10, 50, 100] {
+                let info = (0..<length).map { _ in
+                    rng.below(100) < density ? specials[rng.below(specials.count)] : UInt8(0x20 + rng.below(0x5D))
+                }
+                var expected: [UInt8] = [0x7E, 0x21]
+                for b in info {
+                    if b == 0x7E || b == 0x7D || (b < 0x20 && (accm >> UInt32(b)) & 1 == 1) {
+                        expected += [0x7D, b ^ 0x20]
+                    } else {
+                        expected.append(b)
+                    }
+                }
+                expected.append(0x7E)
+                #expect(encoder.encode(protocol: .ipv4, information: info) == expected, "length \(length), density \(density)")
+            }
+        }
+    }
+
     /// The word scan finds the first special byte at every position in a word, for each of the
     /// receive ACCMs that select a scan (0, all ones) and one that takes the table: whole
     /// streams decode as they do a byte at a time and in random chunks (`decodeAllWays`).
