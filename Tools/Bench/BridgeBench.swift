@@ -26,6 +26,9 @@ import Simulation
 
 struct BridgeOptions {
     var mebibytes = 16
+    /// `--report`: both ends' stack and link counters at the end (how many segments and ACKs
+    /// the transfers took, which the instruction counts per MB depend on).
+    var report = false
     /// Timed round trips, after `warmUpRounds` untimed: a few hundred microseconds each, so
     /// 200 of them (the old default) were over in 40 ms and swung with the CPU's clock.
     var rounds = 2000
@@ -281,7 +284,10 @@ func bridge(_ o: BridgeOptions) async {
     let (rawRTT, relayRTT, oursRTT) = (timed[0], timed[1], timed[2])
     // How the host side read its line: on arrival, or on the clock (`LineReadModeration`).
     let hostLine = channel.status.lineQueue
-    if ProcessInfo.processInfo.environment["BENCH_REPORT"] != nil { for l in channel.report() { print("host:", l) }; for l in terminal.report() { print("terminal:", l) } }
+    if o.report {
+        for line in channel.report() { print("host:", line) }
+        for line in terminal.report() { print("terminal:", line) }
+    }
     _ = await channel.close()
     await terminal.stop()
 
@@ -324,6 +330,10 @@ func parseBridge(_ args: ArraySlice<String>) -> BridgeOptions {
     var o = BridgeOptions()
     var it = args.makeIterator()
     while let a = it.next() {
+        if a == "--report" {
+            o.report = true
+            continue
+        }
         guard let v = it.next().flatMap({ Int($0) }), v >= 0 else { fail("\(a) needs a number") }
         switch a {
         case "--mib", "--rounds":

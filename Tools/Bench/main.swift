@@ -1,7 +1,7 @@
 // pppbridge-bench: throughput programs that compare against a reference measured in the same run.
 //
 //   swift run -c release pppbridge-bench framing [--mib N] [--rounds N]
-//   swift run -c release pppbridge-bench bridge [--mib N] [--rounds N] [--blocks N] [--line-poll-interval US]   (see BridgeBench.swift)
+//   swift run -c release pppbridge-bench bridge [--mib N] [--rounds N] [--blocks N] [--line-poll-interval US] [--report]   (see BridgeBench.swift)
 //   swift run -c release pppbridge-bench loop [--turns N]   (see LoopBench.swift)
 //
 // framing: RFC 1662 encode and decode of N MiB (default 64) of information fields in four
@@ -217,7 +217,7 @@ case "bridge":
 case nil, "--help", "-h":
     print("""
     usage: pppbridge-bench framing [--mib N] [--rounds N] [--frame BYTES]
-           pppbridge-bench bridge [--mib N] [--rounds N] [--blocks N] [--line-poll-interval US]
+           pppbridge-bench bridge [--mib N] [--rounds N] [--blocks N] [--line-poll-interval US] [--report]
            pppbridge-bench loop [--turns N]
       framing   RFC 1662 encode/decode throughput, ours against a C byte-loop baseline (-O2)
       bridge    the channel over a pty pair (our terminal-role stack on the far end): bulk
