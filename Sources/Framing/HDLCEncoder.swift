@@ -41,7 +41,8 @@ public struct HDLCEncoder: Sendable {
         lcpScanMode = ScanMode(accm: lcp.accm, accmOnly: lcp.isACCMOnly)
     }
 
-    /// Frames whose worst case is at most this many bytes are escaped on the stack.
+    /// Frames are escaped into this many bytes on the stack (the most a temporary allocation
+    /// is always given there): a frame whose worst case fits in one go, a larger one in pieces.
     private static let scratchLimit = 1024
 
     /// The most bytes `encode` appends for an information field of `count` bytes.
@@ -75,7 +76,7 @@ public struct HDLCEncoder: Sendable {
                 headerCount += 2
             }
         }
-        // Constants from here on: the nested function below then reads them without the
+        // Constants from here on: the nested functions below then read them without the
         // run-time exclusivity check a captured variable costs.
         let headerBytes = header
         let headerLength = headerCount
@@ -93,34 +94,53 @@ public struct HDLCEncoder: Sendable {
             }
         }
         let trailer = fcsTrailer
-        /// Writes the frame at `dst` (room for `worst` bytes) and returns its length.
-        func frame(_ dst: UnsafeMutablePointer<UInt8>) -> Int {
+        let entries = table.entries
+        /// Writes the opening flag (when due) and the header at `dst`; returns the bytes written
+        /// (at most 9).
+        func head(_ dst: UnsafeMutablePointer<UInt8>) -> Int {
             var n = 0
             if needsOpeningFlag { dst[0] = HDLC.flag; n = 1 }
             withUnsafeBytes(of: headerBytes) { h in
-                n += Self.escape(UnsafeRawBufferPointer(rebasing: h[0..<headerLength]), table: table.entries, mode: mode, to: dst + n)
+                n += Self.escape(UnsafeRawBufferPointer(rebasing: h[0..<headerLength]), table: entries, mode: mode, to: dst + n)
             }
-            n += Self.escape(information, table: table.entries, mode: mode, to: dst + n)
+            return n
+        }
+        /// Writes the FCS and the closing flag at `dst`; returns the bytes written (at most 9).
+        func tail(_ dst: UnsafeMutablePointer<UInt8>) -> Int {
+            var n = 0
             withUnsafeBytes(of: trailer.0.littleEndian) { t in
-                n += Self.escape(UnsafeRawBufferPointer(rebasing: t[0..<trailer.1]), table: table.entries, mode: mode, to: dst + n)
+                n = Self.escape(UnsafeRawBufferPointer(rebasing: t[0..<trailer.1]), table: entries, mode: mode, to: dst)
             }
             dst[n] = HDLC.flag
             return n + 1
         }
-        if worst <= HDLCEncoder.scratchLimit {
-            // A small frame is escaped on the stack and appended in one copy of what it came to.
-            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: worst) { scratch in
-                let n = frame(scratch.baseAddress!)
-                out.append(contentsOf: UnsafeBufferPointer(rebasing: scratch[0..<n]))
+        let limit = HDLCEncoder.scratchLimit
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: limit) { scratch in
+            let dst = scratch.baseAddress!
+            var n = head(dst)
+            if worst <= limit {
+                // A small frame is escaped on the stack and appended in one copy of what it
+                // came to.
+                n += Self.escape(information, table: entries, mode: mode, to: dst + n)
+            } else {
+                // A larger one in pieces whose worst case fits what is left of the scratch,
+                // appended each time it is half full: no room for the worst case is zeroed
+                // in `out` and cut back. At the top of the loop `n < limit / 2`, so a piece is
+                // at least 248 bytes, and `n + 2 * piece + 16 <= limit`.
+                var offset = 0
+                while offset < information.count {
+                    let piece = min(information.count - offset, (limit - n - 16) / 2)
+                    n += Self.escape(UnsafeRawBufferPointer(rebasing: information[offset..<(offset + piece)]), table: entries, mode: mode, to: dst + n)
+                    offset += piece
+                    if n >= limit / 2 {
+                        out.append(contentsOf: UnsafeBufferPointer(rebasing: scratch[0..<n]))
+                        n = 0
+                    }
+                }
             }
-            return
+            n += tail(dst + n)
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: scratch[0..<n]))
         }
-        // Room for the worst case, then cut to what was written.
-        let start = out.count
-        out.append(contentsOf: repeatElement(0, count: worst))
-        var written = 0
-        out.withUnsafeMutableBufferPointer { buffer in written = frame(buffer.baseAddress! + start) }
-        out.removeLast(worst - written)
     }
 
     public func encode(protocol: ProtocolNumber, information: [UInt8], into out: inout [UInt8]) {

@@ -223,13 +223,14 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
 
     /// Runs of every length up to 200 bytes, plain, sparse, dense and all special, against the
     /// byte-by-byte definition of RFC 1662 §4.2, for both sets the vector scan is used with:
-    /// the runs cross the 32-, 16- and 8-byte steps of the scan at every offset.
+    /// the runs cross the 32-, 16- and 8-byte steps of the scan at every offset. Then frames
+    /// long enough to be escaped in pieces, around the lengths where that starts.
     @Test(arguments: [UInt32(0), 0xFFFF_FFFF])
     func escapedRunsOfEveryLengthAndDensityMatchTheDefinition(accm: UInt32) {
         let encoder = HDLCEncoder(fcs: .none, escapes: EscapeSet(accm: accm), compressAddressControl: true, compressProtocol: true)
         var rng = TestRandom(seed: UInt64(accm) ^ 0x1662)
         let specials: [UInt8] = [0x7E, 0x7D, 0x00, 0x1F]
-        for length in 0...200 {
+        for length in Array(0...200) + [499, 500, 501, 502, 503, 1019, 1500, 2000, 4093] {
             for density in [0, 1, 10, 50, 100] {
                 let info = (0..<length).map { _ in
                     rng.below(100) < density ? specials[rng.below(specials.count)] : UInt8(0x20 + rng.below(0x5D))
