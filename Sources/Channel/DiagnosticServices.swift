@@ -7,6 +7,11 @@ import NetStack
 public final class DiagnosticServices: StackApplication {
     public let services: [(service: DiagnosticService, port: UInt16)]
     private let output: (String) -> Void
+    // Unchecked in release builds (docs/PERFORMANCE.md): standard collections read and
+    // changed on the loop thread by this object's own methods, and the stack it calls while
+    // one is held is sans-IO and never calls back into it (its events come through the
+    // attachment on a later call).
+    #if DEBUG
     private weak var host: StackAttachment?
     private var sessions: [ConnectionID: Session] = [:]
     private var dirty: Set<ConnectionID> = []
@@ -15,6 +20,13 @@ public final class DiagnosticServices: StackApplication {
     private var working: Set<ConnectionID> = []
     /// What discard, daytime and chargen read only to throw away, kept from read to read.
     private var discarded: [UInt8] = []
+    #else
+    @exclusivity(unchecked) private weak var host: StackAttachment?
+    @exclusivity(unchecked) private var sessions: [ConnectionID: Session] = [:]
+    @exclusivity(unchecked) private var dirty: Set<ConnectionID> = []
+    @exclusivity(unchecked) private var working: Set<ConnectionID> = []
+    @exclusivity(unchecked) private var discarded: [UInt8] = []
+    #endif
 
     struct Session {
         var service: DiagnosticService

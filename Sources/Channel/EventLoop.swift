@@ -86,10 +86,20 @@ public final class EventLoop: @unchecked Sendable {
     private var nextTimerID = 0
     let posted = Mutex<[@Sendable () -> Void]>([])
     let threadID = Mutex<pthread_t?>(nil)
+    // Unchecked in release builds, as above: read and changed by `turn` and `run` alone (the
+    // events' buffer by `epoll_wait`, its entries read between handlers), never across a
+    // handler's call.
+    #if DEBUG
     private var stopRequested = false
     private var events = [epoll_event](repeating: epoll_event(), count: 64)
     /// Turns taken (every `epoll_wait`), for tests and the benchmark.
     public private(set) var turns = 0
+    #else
+    @exclusivity(unchecked) private var stopRequested = false
+    @exclusivity(unchecked) private var events = [epoll_event](repeating: epoll_event(), count: 64)
+    /// Turns taken (every `epoll_wait`), for tests and the benchmark.
+    @exclusivity(unchecked) public private(set) var turns = 0
+    #endif
     // Unchecked in release builds, as above.
     /// The clock as of the current turn.
     #if DEBUG

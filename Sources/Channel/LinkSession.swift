@@ -18,6 +18,9 @@ public final class LinkSession: LoopClient {
     // references back, so an access could only nest through a closure in this file; none does.
     @exclusivity(unchecked) public private(set) var link: PPPLink
     #endif
+    // So is the rest of the session's state marked so below: plain values, standard
+    // collections and sans-IO structs, read and set on the loop thread and changed in place
+    // only by their own methods, never across a call back into this session.
     private let pcap: PcapWriter?
     private let record: PPPDRecordWriter?
     private let onEvent: (LinkEvent) -> Void
@@ -38,16 +41,32 @@ public final class LinkSession: LoopClient {
     /// `attachment` when it is our own stack, cast once: `service` marks it on every call.
     private let stackAttachment: StackAttachment?
     /// Seeded frame loss on the line, both ways, for recovery tests against real peers.
+    #if DEBUG
     private var inboundLoss: FrameDropper?
+    #else
+    @exclusivity(unchecked) private var inboundLoss: FrameDropper?
+    #endif
     /// Bit errors on what this session writes to its line (a simulated terminal's noisy
     /// line); nil on every real link.
+    #if DEBUG
     public var lineNoise: LineNoise?
+    #else
+    @exclusivity(unchecked) public var lineNoise: LineNoise?
+    #endif
+    #if DEBUG
     private var outboundLoss: FrameDropper?
+    #else
+    @exclusivity(unchecked) private var outboundLoss: FrameDropper?
+    #endif
     /// Whether the two above are set: a constant, asked on every read and every packet without
     /// the runtime's exclusivity check that looking at an optional property costs.
     private let dropsFrames: Bool
     /// Close the link once the attachment says it is finished (e.g. a ping run).
+    #if DEBUG
     public var closeWhenAttachmentFinished = false
+    #else
+    @exclusivity(unchecked) public var closeWhenAttachmentFinished = false
+    #endif
     /// Lines for a person (counters on SIGUSR1).
     public var report: (String) -> Void = { _ in }
     // Unchecked in release builds (docs/PERFORMANCE.md says why): plain values and standard
@@ -82,12 +101,32 @@ public final class LinkSession: LoopClient {
     @exclusivity(unchecked) public private(set) var lineBytesOut = 0
     #endif
 
+    #if DEBUG
     private var loop: EventLoop?
+    #else
+    @exclusivity(unchecked) private var loop: EventLoop?
+    #endif
+    #if DEBUG
     private var closeDeadline: Instant?
+    #else
+    @exclusivity(unchecked) private var closeDeadline: Instant?
+    #endif
+    #if DEBUG
     private var watchingOutput = false
+    #else
+    @exclusivity(unchecked) private var watchingOutput = false
+    #endif
+    #if DEBUG
     private var watchingAttachment = true
+    #else
+    @exclusivity(unchecked) private var watchingAttachment = true
+    #endif
     /// Whether the line is watched for arrivals (not while paused, nor while read on the clock).
+    #if DEBUG
     private var watchingInput = true
+    #else
+    @exclusivity(unchecked) private var watchingInput = true
+    #endif
     /// When a busy line is read on a clock (`LineReadModeration.Settings.standard` unless
     /// set; an interval of zero reads on every arrival). Set before `start`.
     public var readModeration: LineReadModeration.Settings {
@@ -100,16 +139,36 @@ public final class LinkSession: LoopClient {
     #else
     @exclusivity(unchecked) private var readBuffer = [UInt8](repeating: 0, count: 65536)
     #endif
+    #if DEBUG
     private var packetsIn: [[UInt8]] = []
+    #else
+    @exclusivity(unchecked) private var packetsIn: [[UInt8]] = []
+    #endif
+    #if DEBUG
     private var packetsOut: [[UInt8]] = []
+    #else
+    @exclusivity(unchecked) private var packetsOut: [[UInt8]] = []
+    #endif
     /// Telnet's side of an `rfc2217:` line: what the server sends is split from the line's
     /// bytes, and what we write is escaped (RFC 854, RFC 2217). nil on every other line.
+    #if DEBUG
     private var comPort: ComPortClient?
+    #else
+    @exclusivity(unchecked) private var comPort: ComPortClient?
+    #endif
     /// Telnet's bytes to write before more of the queue: answers, the port's settings, and
     /// the escaped part of the queue taken last (at most `telnetChunk` of it, so control frames
     /// still pass queued data).
+    #if DEBUG
     private var telnetPending: [UInt8] = []
+    #else
+    @exclusivity(unchecked) private var telnetPending: [UInt8] = []
+    #endif
+    #if DEBUG
     private var telnetPendingStart = 0
+    #else
+    @exclusivity(unchecked) private var telnetPendingStart = 0
+    #endif
     private static let telnetChunk = 4096
     /// The COM-PORT-OPTION settings the server answered with, for the status.
     public var comPortReport: ComPortReport? { comPort?.report }
