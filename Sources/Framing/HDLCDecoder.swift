@@ -31,6 +31,10 @@ public struct DecodedFrame {
     public let header: PPPHeader
     /// The packet: header and information, FCS removed.
     public let packet: UnsafeRawBufferPointer
+    /// The decoder's count of dropped frames when this one was delivered: a caller can tell
+    /// a damaged frame came before it in the same call (RFC 1144 §3.3.4's VJ toss) before it
+    /// acts on this one.
+    public let droppedBefore: Int
 
     public var `protocol`: ProtocolNumber { header.protocol }
     public var information: UnsafeRawBufferPointer { UnsafeRawBufferPointer(rebasing: packet[header.length...]) }
@@ -274,7 +278,7 @@ public struct HDLCDecoder: Sendable {
             return false
         }
         counters.frames += 1
-        deliver(DecodedFrame(header: header, packet: packet))
+        deliver(DecodedFrame(header: header, packet: packet, droppedBefore: counters.droppedFrames))
         return true
     }
 }

@@ -174,33 +174,42 @@ public struct HDLCEncoder: Sendable {
             j &+= Int(entry >> 16)
         }
         if case .table = mode {} else {
-            while i + 16 <= count {
-                let wide = i + 32 <= count
-                let plain = wide ? mode.plainPrefix32(s + i) : mode.plainPrefix16(s + i)
+            while i &+ 16 <= count {
+                // A plain run, scanned and copied 32 bytes a turn while it lasts (16 near the
+                // end). Each block is copied whole and counted up to the run; the bytes after
+                // it are written over. In bounds: `j <= 2 * i` and a block ends at most at
+                // `count`, so a store ends before `2 * count`.
+                var plain: Int
+                var width: Int
+                repeat {
+                    if i &+ 32 <= count {
+                        width = 32
+                        plain = mode.plainPrefix32(s + i)
+                        raw.storeBytes(of: s.loadUnaligned(fromByteOffset: i, as: SIMD16<UInt8>.self), toByteOffset: j, as: SIMD16<UInt8>.self)
+                        raw.storeBytes(of: s.loadUnaligned(fromByteOffset: i &+ 16, as: SIMD16<UInt8>.self), toByteOffset: j &+ 16, as: SIMD16<UInt8>.self)
+                    } else {
+                        width = 16
+                        plain = mode.plainPrefix16(s + i)
+                        raw.storeBytes(of: s.loadUnaligned(fromByteOffset: i, as: SIMD16<UInt8>.self), toByteOffset: j, as: SIMD16<UInt8>.self)
+                    }
+                    i &+= plain
+                    j &+= plain
+                } while plain == width && i &+ 16 <= count
+                // The run reached the last bytes, which the loops below take.
+                guard plain < width else { break }
                 if plain == 0 {
-                    // A special byte at once, as in a run a peer made all escapes: eight
-                    // bytes through the table, with no scan between them.
+                    // A special byte at once, as in a run a peer made all escapes: eight bytes
+                    // through the table, with no scan between them.
                     var w = UInt64(littleEndian: s.loadUnaligned(fromByteOffset: i, as: UInt64.self))
                     for _ in 0..<8 {
                         put(UInt8(truncatingIfNeeded: w))
                         w >>= 8
                     }
-                    i += 8
-                    continue
-                }
-                // The plain run is copied as its whole block(s), counted up to the run; the
-                // bytes after it are written over. In bounds: `j <= 2 * i` and the block ends
-                // at most at `count`, so the store ends before `2 * count`.
-                raw.storeBytes(of: s.loadUnaligned(fromByteOffset: i, as: SIMD16<UInt8>.self), toByteOffset: j, as: SIMD16<UInt8>.self)
-                if wide {
-                    raw.storeBytes(of: s.loadUnaligned(fromByteOffset: i + 16, as: SIMD16<UInt8>.self), toByteOffset: j + 16, as: SIMD16<UInt8>.self)
-                }
-                i += plain
-                j += plain
-                if plain < (wide ? 32 : 16) {
+                    i &+= 8
+                } else {
                     // The special byte that ended the run.
                     put(s.load(fromByteOffset: i, as: UInt8.self))
-                    i += 1
+                    i &+= 1
                 }
             }
             while i + 8 <= count {

@@ -208,21 +208,41 @@ public struct PPPLink: Sendable {
             // full-sized array each.
             var information = ipFastPath ? packetPool.take(capacity: 0) : []
             let damagedBefore = decoder.counters.droppedFrames
+            // A VJ-compressed frame is rebuilt straight from the decoder's buffer into
+            // `information`, its payload copied once. The decompressor is taken out of `self`
+            // meanwhile: the decoder holds `self` for its whole call.
+            var vj: VJDecompressor?
+            if ipFastPath { swap(&vj, &vjDecompressor) }
+            var rebuilt: Bool?
             offset += decoder.decode(UnsafeRawBufferPointer(rebasing: bytes[offset...]), stopAfterFrame: true) { decoded in
                 if ipFastPath && decoded.protocol.isIPData {
                     ipProtocol = decoded.protocol
+                    if decoded.protocol == .vjCompressedTCP, vj != nil {
+                        // RFC 1144 §3.3.4, as below, for a damaged frame before this one.
+                        if decoded.droppedBefore != damagedBefore { vj!.toss() }
+                        rebuilt = vj!.compressed(decoded.information, into: &information)
+                        return
+                    }
                     information.reserveCapacity(decoded.information.count)
                     information.append(contentsOf: decoded.information)
                 } else {
                     frame = decoded.frame
                 }
             }
+            if ipFastPath { swap(&vj, &vjDecompressor) }
+            if let rebuilt {
+                lastReceive = now
+                if rebuilt { receivedIP.append(information) } else { packetPool.give(information) }
+                // Tossed already if a damaged frame came first; one after it waits for the next.
+                continue
+            }
             // RFC 1144 §3.3.4: after a damaged frame, VJ state may be out of step with the peer's.
             if decoder.counters.droppedFrames != damagedBefore { vjDecompressor?.toss() }
             if let proto = ipProtocol {
                 lastReceive = now
-                handleIP(proto, information, now: now)
-                process(now: now)
+                // Only a frame that reached the automata (an unknown protocol's reject) gives
+                // `process` anything to do.
+                if handleIP(proto, information, now: now) { process(now: now) }
                 continue
             }
             packetPool.give(information)
@@ -352,7 +372,7 @@ public struct PPPLink: Sendable {
         case ProtocolNumber.ipv4 where ipcp.state == .opened,
              ProtocolNumber.vjUncompressedTCP where vjDecompressor != nil,
              ProtocolNumber.vjCompressedTCP where vjDecompressor != nil:
-            handleIP(proto, frame.information, now: now)
+            _ = handleIP(proto, frame.information, now: now)
         case ProtocolNumber.ipv4:
             break
         default:
@@ -370,7 +390,8 @@ public struct PPPLink: Sendable {
     /// An IPv4 or VJ frame's information field (RFC 1332, RFC 1144). IPv4 before IPCP is open
     /// is dropped; VJ that IPCP did not negotiate goes the way of any unknown protocol
     /// (`handle`: a Protocol-Reject).
-    private mutating func handleIP(_ proto: ProtocolNumber, _ information: [UInt8], now: Instant) {
+    /// Returns whether the frame went to the automata (`handle`), which `process` then acts on.
+    private mutating func handleIP(_ proto: ProtocolNumber, _ information: [UInt8], now: Instant) -> Bool {
         switch proto {
         case ProtocolNumber.ipv4 where ipcp.state == .opened:
             receivedIP.append(information)
@@ -389,7 +410,9 @@ public struct PPPLink: Sendable {
             packetPool.give(information)
         default:
             handle(PPPFrame(protocol: proto, information: information), now: now)
+            return true
         }
+        return false
     }
 
     // MARK: Driving the layers

@@ -344,6 +344,12 @@ public struct VJDecompressor: Sendable {
     /// `compressed` into the caller's array (emptied first, its storage kept): false, and
     /// `packet` left empty, for a packet that cannot be rebuilt.
     public mutating func compressed(_ bytes: [UInt8], into packet: inout [UInt8]) -> Bool {
+        bytes.withUnsafeBytes { compressed($0, into: &packet) }
+    }
+
+    /// `compressed` from bytes where they lie (a frame in the decoder's buffer), so that the
+    /// payload is copied once, into `packet`.
+    public mutating func compressed(_ bytes: UnsafeRawBufferPointer, into packet: inout [UInt8]) -> Bool {
         packet.removeAll(keepingCapacity: true)
         var reader = CompressedHeaderReader(bytes: bytes)
         func fail() -> Bool {
@@ -422,7 +428,7 @@ public struct VJDecompressor: Sendable {
         setIPChecksum(&h, ipLength: layout.ipLength)
         packet.reserveCapacity(total)
         packet += h
-        packet += bytes[reader.offset...]
+        packet.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[reader.offset...]))
         slots[lastSlot] = h
         compressedIn += 1
         return true
@@ -437,15 +443,16 @@ public struct VJDecompressor: Sendable {
 /// position: captured and mutated, the position was checked for exclusive access at run time on
 /// every byte.
 private struct CompressedHeaderReader {
-    let bytes: [UInt8]
+    let bytes: UnsafeRawBufferPointer
     private(set) var offset = 0
 
-    init(bytes: [UInt8]) { self.bytes = bytes }
+    init(bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
 
     mutating func byte() -> UInt8? {
+        // The one bounds check: an unsafe buffer's subscript checks only in debug builds.
         guard offset < bytes.count else { return nil }
         defer { offset += 1 }
-        return bytes[offset]
+        return bytes.load(fromByteOffset: offset, as: UInt8.self)
     }
 
     /// RFC 1144 §3.2.3: a delta is one byte 1–255, or 0 followed by two bytes.

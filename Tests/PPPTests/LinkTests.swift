@@ -138,6 +138,49 @@ func isLCP(_ code: ControlCode) -> (PPPFrame) -> Bool {
         #expect(!tooLarge, "larger than the peer's MRU")
     }
 
+    /// RFC 1144 §3.3.4: after a damaged frame the next compressed packet without a connection
+    /// number is tossed, whether the damaged frame came in an earlier read or in the same one
+    /// (where the compressed frame is rebuilt straight from the decoder's buffer).
+    @Test(arguments: [false, true])
+    func aDamagedFrameTossesTheCompressedPacketAfterIt(sameRead: Bool) {
+        var p = LinkPair(host, .terminal())
+        p.start()
+        p.run(for: .seconds(10)) { $0.ipcpA != nil && $0.ipcpB != nil }
+        // Segments of one connection, host → terminal: VJ sends the first whole, the rest
+        // compressed, each a frame of its own.
+        func segment(_ n: UInt32) -> [UInt8] {
+            let payload = [UInt8](repeating: 0x41, count: 100)
+            var tcp = TCPHeader(sourcePort: 1000, destinationPort: 2000, sequenceNumber: SequenceNumber(1 + 100 * n), flags: [.ack], window: 8000)
+            tcp.acknowledgmentNumber = 1
+            var ip = IPv4Header(protocol: IPProtocol.tcp, source: hostAddress, destination: terminalAddress, payloadLength: 20 + payload.count)
+            ip.identification = UInt16(n)
+            return ip.emit() + tcp.emit(source: hostAddress, destination: terminalAddress, payload: payload) + payload
+        }
+        var frames: [[UInt8]] = []
+        for n in 0..<4 {
+            let sent = p.a.send(ipPacket: segment(UInt32(n)), now: p.now)
+            #expect(sent)
+            frames.append(p.a.takeTransmit())
+        }
+        p.b.receive(frames[0] + frames[1], now: p.now)
+        let first = p.b.takeReceivedIPPackets()
+        #expect(first == [segment(0), segment(1)])
+        // The third frame damaged: one payload byte changed to another plain byte (the FCS fails).
+        var damaged = frames[2]
+        let at = damaged.count / 2
+        damaged[at] = damaged[at] == 0x41 ? 0x42 : 0x41
+        if sameRead {
+            p.b.receive(damaged + frames[3], now: p.now)
+        } else {
+            p.b.receive(damaged, now: p.now)
+            p.b.receive(frames[3], now: p.now)
+        }
+        #expect(p.b.decoder.counters.badFCS == 1)
+        let after = p.b.takeReceivedIPPackets()
+        #expect(after.isEmpty)
+        #expect(p.b.vjDecompressor?.tossed == 1)
+    }
+
     @Test func lostConfigureRequestsAreRetransmitted() {
         var p = LinkPair(host, .terminal())
         var lost = 0
