@@ -154,17 +154,9 @@ public struct HDLCDecoder: Sendable {
                         i += 2
                     }
                     if case .table = mode {} else {
-                        var j = i
-                        scan: do {
-                            while j + 32 <= n {
-                                let plain = mode.plainPrefix32(p + j)
-                                j += plain
-                                if plain < 32 { break scan }
-                            }
-                            if j + 16 <= n {
-                                let plain = mode.plainPrefix16(p + j)
-                                j += plain
-                            }
+                        let j = switch mode {
+                        case .controlsFlagAndEscape: Self.plainRunEnd(p, from: i, count: n, scanning: .controlsFlagAndEscape)
+                        default: Self.plainRunEnd(p, from: i, count: n, scanning: .flagAndEscape)
                         }
                         let run = j - i
                         if run > 0 {
@@ -230,6 +222,21 @@ public struct HDLCDecoder: Sendable {
             }
             return n
         }
+    }
+
+    /// Where the run of plain bytes from `i` ends: at the first special byte, or within the
+    /// last 16 bytes of `count` (which the byte loop takes). Inlined with `mode` a constant, so
+    /// the scan's tests are decided once, not once per block.
+    @inline(__always)
+    private static func plainRunEnd(_ p: UnsafeRawPointer, from i: Int, count n: Int, scanning mode: ScanMode) -> Int {
+        var j = i
+        while j &+ 32 <= n {
+            let plain = mode.plainPrefix32(p + j)
+            j &+= plain
+            if plain < 32 { return j }
+        }
+        if j &+ 16 <= n { j &+= mode.plainPrefix16(p + j) }
+        return j
     }
 
     /// Decodes `bytes` and returns the frames, copied out.

@@ -101,7 +101,7 @@ public struct HDLCEncoder: Sendable {
             var n = 0
             if needsOpeningFlag { dst[0] = HDLC.flag; n = 1 }
             withUnsafeBytes(of: headerBytes) { h in
-                n += Self.escape(UnsafeRawBufferPointer(rebasing: h[0..<headerLength]), table: entries, mode: mode, to: dst + n)
+                n += Self.escapeShort(UnsafeRawBufferPointer(rebasing: h[0..<headerLength]), table: entries, to: dst + n)
             }
             return n
         }
@@ -109,7 +109,7 @@ public struct HDLCEncoder: Sendable {
         func tail(_ dst: UnsafeMutablePointer<UInt8>) -> Int {
             var n = 0
             withUnsafeBytes(of: trailer.0.littleEndian) { t in
-                n = Self.escape(UnsafeRawBufferPointer(rebasing: t[0..<trailer.1]), table: entries, mode: mode, to: dst)
+                n = Self.escapeShort(UnsafeRawBufferPointer(rebasing: t[0..<trailer.1]), table: entries, to: dst)
             }
             dst[n] = HDLC.flag
             return n + 1
@@ -160,9 +160,33 @@ public struct HDLCEncoder: Sendable {
     /// byte through the table costs one load: the entry holds the one or two output bytes and
     /// their count, and the loop always stores two bytes and advances by the count, without
     /// branching.
-    @inline(__always)
     static func escape(_ src: UnsafeRawBufferPointer, table: UnsafePointer<UInt32>, mode: ScanMode,
                        to dst: UnsafeMutablePointer<UInt8>) -> Int {
+        // One loop per mode, each with its mode a constant: the tests the scan makes are then
+        // decided once here, not once per block.
+        switch mode {
+        case .flagAndEscape: return escape(src, table: table, scanning: .flagAndEscape, to: dst)
+        case .controlsFlagAndEscape: return escape(src, table: table, scanning: .controlsFlagAndEscape, to: dst)
+        case .table: return escape(src, table: table, scanning: .table, to: dst)
+        }
+    }
+
+    /// Escapes a header or an FCS (at most four bytes) through the table alone.
+    @inline(__always)
+    static func escapeShort(_ src: UnsafeRawBufferPointer, table: UnsafePointer<UInt32>, to dst: UnsafeMutablePointer<UInt8>) -> Int {
+        let raw = UnsafeMutableRawPointer(dst)
+        var j = 0
+        for b in src {
+            let entry = table[Int(b)]
+            raw.storeBytes(of: UInt16(truncatingIfNeeded: entry), toByteOffset: j, as: UInt16.self)
+            j &+= Int(entry >> 16)
+        }
+        return j
+    }
+
+    @inline(__always)
+    private static func escape(_ src: UnsafeRawBufferPointer, table: UnsafePointer<UInt32>, scanning mode: ScanMode,
+                               to dst: UnsafeMutablePointer<UInt8>) -> Int {
         guard let s = src.baseAddress else { return 0 }
         let count = src.count
         let raw = UnsafeMutableRawPointer(dst)
