@@ -39,6 +39,21 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
     return (expected, whole.counters)
 }
 
+/// An IPv4 frame with no FCS and both header fields compressed, escaped byte by byte as RFC
+/// 1662 §4.2 defines: what the encoder's scans must come to.
+func framedByDefinition(_ info: [UInt8], accm: UInt32) -> [UInt8] {
+    var framed: [UInt8] = [0x7E, 0x21]
+    for b in info {
+        if b == 0x7E || b == 0x7D || (b < 0x20 && (accm >> UInt32(b)) & 1 == 1) {
+            framed += [0x7D, b ^ 0x20]
+        } else {
+            framed.append(b)
+        }
+    }
+    framed.append(0x7E)
+    return framed
+}
+
 @Suite struct EncoderTests {
     @Test func lcpConfigureRequestMatchesPppd() {
         // LCP codes 1–7 escape every control character whatever the ACCM (RFC 1662 §7.1),
@@ -205,15 +220,7 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
                 var info = [UInt8](repeating: 0x41, count: 48)
                 info[position] = special
                 let wire = encoder.encode(protocol: .ipv4, information: info)
-                var expected: [UInt8] = [0x7E, 0x21]
-                for b in info {
-                    if b == 0x7E || b == 0x7D || (b < 0x20 && (accm >> UInt32(b)) & 1 == 1) {
-                        expected += [0x7D, b ^ 0x20]
-                    } else {
-                        expected.append(b)
-                    }
-                }
-                expected.append(0x7E)
+                let expected = framedByDefinition(info, accm: accm)
                 #expect(wire == expected, "special \(special) at \(position)")
                 let (frames, counters) = decodeAllWays(wire) { HDLCDecoder(fcs: .none, receiveACCM: accm) }
                 #expect(frames.map(\.information) == [info] && counters.droppedFrames == 0, "special \(special) at \(position)")
@@ -235,15 +242,7 @@ func decodeAllWays(_ stream: [UInt8], make: () -> HDLCDecoder = { HDLCDecoder() 
                 let info = (0..<length).map { _ in
                     rng.below(100) < density ? specials[rng.below(specials.count)] : UInt8(0x20 + rng.below(0x5D))
                 }
-                var expected: [UInt8] = [0x7E, 0x21]
-                for b in info {
-                    if b == 0x7E || b == 0x7D || (b < 0x20 && (accm >> UInt32(b)) & 1 == 1) {
-                        expected += [0x7D, b ^ 0x20]
-                    } else {
-                        expected.append(b)
-                    }
-                }
-                expected.append(0x7E)
+                let expected = framedByDefinition(info, accm: accm)
                 #expect(encoder.encode(protocol: .ipv4, information: info) == expected, "length \(length), density \(density)")
             }
         }
