@@ -242,7 +242,7 @@ public struct PPPLink: Sendable {
                 lastReceive = now
                 // Only a frame that reached the automata (an unknown protocol's reject) gives
                 // `process` anything to do.
-                if handleIP(proto, information, now: now) { process(now: now) }
+                if handleIP(proto, consume information, now: now) { process(now: now) }
                 continue
             }
             packetPool.give(information)
@@ -391,15 +391,15 @@ public struct PPPLink: Sendable {
     /// is dropped; VJ that IPCP did not negotiate goes the way of any unknown protocol
     /// (`handle`: a Protocol-Reject).
     /// Returns whether the frame went to the automata (`handle`), which `process` then acts on.
-    private mutating func handleIP(_ proto: ProtocolNumber, _ information: [UInt8], now: Instant) -> Bool {
+    private mutating func handleIP(_ proto: ProtocolNumber, _ information: consuming [UInt8], now: Instant) -> Bool {
         switch proto {
         case ProtocolNumber.ipv4 where ipcp.state == .opened:
             receivedIP.append(information)
         case ProtocolNumber.ipv4:
             packetPool.give(information)
         case ProtocolNumber.vjUncompressedTCP where vjDecompressor != nil:
-            if let packet = vjDecompressor?.uncompressed(information) { receivedIP.append(packet) }
-            packetPool.give(information)
+            // In place: the frame's array (handed over, not shared) becomes the packet.
+            if vjDecompressor!.uncompressed(&information) { receivedIP.append(information) } else { packetPool.give(information) }
         case ProtocolNumber.vjCompressedTCP where vjDecompressor != nil:
             var packet = packetPool.take(capacity: information.count + 60)
             if vjDecompressor!.compressed(information, into: &packet) {

@@ -191,6 +191,19 @@ public struct TCPHeader: Sendable, Equatable {
         return found
     }
 
+    /// Calls `body` with each SACK block (RFC 2018 §3) in the order the options give them,
+    /// read where they lie: a peer's SACKs during loss allocate nothing.
+    public func forEachSACKBlock(_ body: (SequenceNumber, SequenceNumber) -> Void) {
+        optionBytes.forEach { kind, data in
+            guard kind == 5, data.count % 8 == 0 else { return }
+            var i = 0
+            while i + 8 <= data.count {
+                body(SequenceNumber(BigEndian.uint32(data, i)), SequenceNumber(BigEndian.uint32(data, i + 4)))
+                i += 8
+            }
+        }
+    }
+
     /// Whether some option of `kind` is present.
     public func hasOption(_ kind: UInt8) -> Bool {
         var found = false

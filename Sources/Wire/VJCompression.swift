@@ -318,21 +318,33 @@ public struct VJDecompressor: Sendable {
 
     /// Protocol 0x002F: a whole packet whose IP protocol byte holds the slot id.
     public mutating func uncompressed(_ bytes: [UInt8]) -> [UInt8]? {
-        guard let layout = HeaderLayout(bytes), Int(bytes[9]) < slots.count,
-              Int(BigEndian.uint16(bytes, 2)) <= bytes.count, Int(BigEndian.uint16(bytes, 2)) >= layout.total else {
+        var packet = bytes
+        return uncompressed(&packet) ? packet : nil
+    }
+
+    /// `uncompressed` in place: `packet` becomes the IP packet (cut to its total length, the
+    /// protocol and checksum restored), and the slot keeps its header in the array it had.
+    /// False, and `packet` left as it was, for one that cannot be taken.
+    public mutating func uncompressed(_ packet: inout [UInt8]) -> Bool {
+        guard let layout = HeaderLayout(packet), Int(packet[9]) < slots.count,
+              Int(BigEndian.uint16(packet, 2)) <= packet.count, Int(BigEndian.uint16(packet, 2)) >= layout.total else {
             errors += 1
             tossing = true
-            return nil
+            return false
         }
-        var packet = Array(bytes[0..<Int(BigEndian.uint16(bytes, 2))])
+        packet.removeLast(packet.count - Int(BigEndian.uint16(packet, 2)))
         let slot = Int(packet[9])
         packet[9] = IPProtocol.tcp.rawValue
         setIPChecksum(&packet, ipLength: layout.ipLength)
-        slots[slot] = Array(packet[0..<layout.total])
+        var saved = slots[slot] ?? []
+        slots[slot] = nil
+        saved.removeAll(keepingCapacity: true)
+        saved.append(contentsOf: packet[0..<layout.total])
+        slots[slot] = saved
         lastSlot = slot
         tossing = false
         uncompressedIn += 1
-        return packet
+        return true
     }
 
     /// Protocol 0x002D: rebuilds the packet from the slot's saved header and the deltas.

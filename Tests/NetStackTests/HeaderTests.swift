@@ -61,6 +61,36 @@ import Testing
         }
     }
 
+    /// The SACK blocks read where they lie are those of the option list, in order, for
+    /// well-formed options and for a peer's random bytes (cut lengths, odd SACK sizes).
+    @Test func sackBlocksReadInPlaceAreThoseOfTheOptionList() {
+        var random = SplitMix64(seed: 2018)
+        var withBlocks = 0
+        for round in 0..<4000 {
+            var h = TCPHeader(sourcePort: 1, destinationPort: 2, sequenceNumber: 3, flags: [.ack], window: 4)
+            if round % 2 == 0 {
+                let blocks = (0..<Int(random.next() % 5)).map { _ in
+                    (SequenceNumber(UInt32(truncatingIfNeeded: random.next())), SequenceNumber(UInt32(truncatingIfNeeded: random.next())))
+                }
+                h.options = [.noOperation, .noOperation, .sack(blocks)]
+            } else {
+                // Kind 5 often, with any length byte after it.
+                let bytes = (0..<40).map { i -> UInt8 in
+                    let r = UInt8(truncatingIfNeeded: random.next())
+                    return i % 10 == 0 && r & 1 == 0 ? 5 : r
+                }
+                h.optionBytes = bytes.withUnsafeBytes { TCPOptionBytes($0) }
+            }
+            var listed: [UInt32] = []
+            for case let .sack(blocks) in h.options { for (s, e) in blocks { listed += [s.rawValue, e.rawValue] } }
+            var read: [UInt32] = []
+            h.forEachSACKBlock { s, e in read += [s.rawValue, e.rawValue] }
+            #expect(read == listed)
+            if !listed.isEmpty { withBlocks += 1 }
+        }
+        #expect(withBlocks > 1000)
+    }
+
     @Test func ipv4EmitParseRoundTrip() throws {
         var h = IPv4Header(protocol: IPProtocol.udp, source: a, destination: b, payloadLength: 12)
         h.identification = 0x1234

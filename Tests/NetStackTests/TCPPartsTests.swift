@@ -143,6 +143,41 @@ import Testing
         #expect(c.scoreboard.isEmpty && !c.inFastRecovery && c.congestionWindow == mss)
     }
 
+    /// Blocks merged in place give the list a merge into a fresh array gives (the
+    /// definition: every range the block overlaps or touches joins it, sorted, at most 64
+    /// kept from the lowest), for random blocks, touching ones and repeats.
+    @Test func theScoreboardMergesInPlaceAsTheDefinitionDoes() {
+        func definition(_ board: [SequenceRange], _ block: SequenceRange) -> [SequenceRange] {
+            var merged = block
+            var result: [SequenceRange] = []
+            var placed = false
+            for r in board {
+                if r.end < merged.start {
+                    result.append(r)
+                } else if merged.end < r.start {
+                    if !placed { result.append(merged); placed = true }
+                    result.append(r)
+                } else {
+                    merged = SequenceRange(start: SequenceNumber.min(r.start, merged.start), end: SequenceNumber.max(r.end, merged.end))
+                }
+            }
+            if !placed { result.append(merged) }
+            return Array(result.prefix(64))
+        }
+        var random = SplitMix64(seed: 6675)
+        for _ in 0..<50 {
+            var c = cc(sack: true)
+            var expected: [SequenceRange] = []
+            for _ in 0..<300 {
+                let start = UInt32(random.next() % 20_000)
+                let end = start + 1 + UInt32(random.next() % 300)
+                c.sacked([(SequenceNumber(start), SequenceNumber(end))], unacknowledged: SequenceNumber(0), sendMax: SequenceNumber(100_000))
+                expected = definition(expected, SequenceRange(start: SequenceNumber(start), end: SequenceNumber(end)))
+                #expect(c.scoreboard == expected)
+            }
+        }
+    }
+
     @Test func theScoreboardIsBounded() {
         var c = cc(sack: true)
         for i in 0..<200 {

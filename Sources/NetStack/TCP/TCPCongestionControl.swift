@@ -117,30 +117,32 @@ struct TCPCongestionControl: Sendable {
 
     /// The SACK blocks of an ACK, kept when they lie in `unacknowledged ..< sendMax`.
     mutating func sacked(_ blocks: [(SequenceNumber, SequenceNumber)], unacknowledged: SequenceNumber, sendMax: SequenceNumber) {
-        for (s, e) in blocks {
-            var block = SequenceRange(start: s, end: e)
-            guard block.start < block.end, block.end > unacknowledged, block.end <= sendMax else { continue }
-            if block.start < unacknowledged { block.start = unacknowledged }
-            insert(block)
-        }
+        for (s, e) in blocks { sacked(s, e, unacknowledged: unacknowledged, sendMax: sendMax) }
     }
 
+    /// One SACK block (RFC 2018 §3), as a segment's options give it.
+    mutating func sacked(_ start: SequenceNumber, _ end: SequenceNumber, unacknowledged: SequenceNumber, sendMax: SequenceNumber) {
+        var block = SequenceRange(start: start, end: end)
+        guard block.start < block.end, block.end > unacknowledged, block.end <= sendMax else { return }
+        if block.start < unacknowledged { block.start = unacknowledged }
+        insert(block)
+    }
+
+    /// Merges `block` into the scoreboard in place: the ranges it overlaps or touches become
+    /// one, the list stays sorted and disjoint, and at most 64 ranges are kept (the highest go).
     private mutating func insert(_ block: SequenceRange) {
+        // The first range that does not end before the block starts.
+        var first = 0
+        while first < scoreboard.count && scoreboard[first].end < block.start { first += 1 }
         var merged = block
-        var result: [SequenceRange] = []
-        var placed = false
-        for r in scoreboard {
-            if r.end < merged.start {
-                result.append(r)
-            } else if merged.end < r.start {
-                if !placed { result.append(merged); placed = true }
-                result.append(r)
-            } else {
-                merged = SequenceRange(start: SequenceNumber.min(r.start, merged.start), end: SequenceNumber.max(r.end, merged.end))
-            }
+        var past = first
+        while past < scoreboard.count && !(merged.end < scoreboard[past].start) {
+            let r = scoreboard[past]
+            merged = SequenceRange(start: SequenceNumber.min(r.start, merged.start), end: SequenceNumber.max(r.end, merged.end))
+            past += 1
         }
-        if !placed { result.append(merged) }
-        scoreboard = Array(result.prefix(64))
+        scoreboard.replaceSubrange(first..<past, with: CollectionOfOne(merged))
+        if scoreboard.count > 64 { scoreboard.removeLast(scoreboard.count - 64) }
     }
 
     /// RFC 6675 §4's pipe: bytes believed in the network (outstanding, minus SACKed, minus

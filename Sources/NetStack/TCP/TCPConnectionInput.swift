@@ -214,11 +214,8 @@ extension TCPConnection {
         let window = Int(h.window) << Int(sendShift)
         // RFC 5681 §2; answers to zero-window probes are not loss signals.
         let isDuplicate = payloadEmpty && ack == sendUnacknowledged && window == sendWindow && window != 0 && sendMax != sendUnacknowledged
-        // The list (an array) only when some SACK option is there: loss, not the steady state.
-        if sackPermitted && h.hasOption(5) {
-            for option in h.options {
-                if case let .sack(blocks) = option { congestion.sacked(blocks, unacknowledged: sendUnacknowledged, sendMax: sendMax) }
-            }
+        if sackPermitted {
+            h.forEachSACKBlock { start, end in congestion.sacked(start, end, unacknowledged: sendUnacknowledged, sendMax: sendMax) }
         }
         // RFC 9293 §3.10.7.4: window update only from a newer segment.
         if sendWL1 < seq || (sendWL1 == seq && sendWL2 <= ack) {
