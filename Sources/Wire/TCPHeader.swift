@@ -221,6 +221,23 @@ public struct TCPHeader: Sendable, Equatable {
     /// Appends an option.
     public mutating func append(_ option: TCPOption) { option.append(to: &optionBytes) }
 
+    /// Appends two no-operations and a SACK option (RFC 2018 §3) of `count` blocks, block `k`
+    /// being `block(k)`, written straight into the option bytes: an ACK sent during loss
+    /// allocates nothing. The same bytes as `append(.sack(…))` after two `.noOperation`s, and
+    /// like it left out whole when it would not fit.
+    public mutating func appendSACK(count: Int, _ block: (Int) -> (SequenceNumber, SequenceNumber)) {
+        TCPOption.noOperation.append(to: &optionBytes)
+        TCPOption.noOperation.append(to: &optionBytes)
+        let length = 2 + 8 * count
+        guard count >= 0, optionBytes.count + length <= TCPOptionBytes.capacity else { return }
+        optionBytes.append(5, UInt8(length))
+        for k in 0..<count {
+            let (left, right) = block(k)
+            optionBytes.append(word: left.rawValue)
+            optionBytes.append(word: right.rawValue)
+        }
+    }
+
     /// The header bytes with the checksum over the pseudo-header, header and `payload`.
     public func emit(source: IPv4Address, destination: IPv4Address, payload: [UInt8]) -> [UInt8] {
         var h: [UInt8] = []

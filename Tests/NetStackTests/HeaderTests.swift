@@ -91,6 +91,28 @@ import Testing
         #expect(withBlocks > 1000)
     }
 
+    /// The SACK option written in place is the bytes the option list writes, with or without
+    /// timestamps before it, and left out whole where it would not fit.
+    @Test func sackWrittenInPlaceIsTheOptionListsBytes() {
+        for timestamps in [false, true] {
+            for count in 0...4 {
+                var blocks: [(SequenceNumber, SequenceNumber)] = []
+                for k in 0..<count {
+                    let left = UInt32(1000 * k + 1)
+                    blocks.append((SequenceNumber(left), SequenceNumber(left + 499)))
+                }
+                var listed = TCPHeader(sourcePort: 1, destinationPort: 2, sequenceNumber: 3, flags: [.ack], window: 4)
+                if timestamps { listed.appendTimestamps(value: 7, echoReply: 8) }
+                var inPlace = listed
+                listed.append(.noOperation)
+                listed.append(.noOperation)
+                listed.append(.sack(blocks))
+                inPlace.appendSACK(count: count) { blocks[$0] }
+                #expect(inPlace.optionBytes == listed.optionBytes, "\(count) blocks, timestamps \(timestamps)")
+            }
+        }
+    }
+
     @Test func ipv4EmitParseRoundTrip() throws {
         var h = IPv4Header(protocol: IPProtocol.udp, source: a, destination: b, payloadLength: 12)
         h.identification = 0x1234

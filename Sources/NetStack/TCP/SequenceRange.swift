@@ -6,4 +6,7 @@ struct SequenceRange: Sendable, Equatable {
     var start: SequenceNumber
     var end: SequenceNumber
     var length: Int { end - start }
+
+    /// Nothing, at sequence zero: a placeholder where a range must be held.
+    static let empty = SequenceRange(start: SequenceNumber(0), end: SequenceNumber(0))
 }

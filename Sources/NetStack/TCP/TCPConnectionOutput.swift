@@ -201,9 +201,9 @@ extension TCPConnection {
             h.appendTimestamps(value: timestampValue(now), echoReply: timestampRecent)
         }
         if sackPermitted && flags.contains(.ack) && !outOfOrder.isEmpty {
-            h.append(.noOperation)
-            h.append(.noOperation)
-            h.append(.sack(outOfOrder.sackBlocks(limit: timestampsEnabled ? 3 : 4).map { ($0.start, $0.end) }))
+            var blocks = SACKBlockList()
+            outOfOrder.forEachSACKBlock(limit: timestampsEnabled ? 3 : 4) { blocks.append($0) }
+            h.appendSACK(count: blocks.count) { (blocks[$0].start, blocks[$0].end) }
         }
         outgoing.append(QueuedSegment(header: h, payloadLength: payloadLength))
         if payloadLength > 0 { queuedPayloadSegments += 1 }

@@ -65,20 +65,37 @@ struct TCPReassembler: Sendable {
     /// in sequence order (RFC 2018 §4).
     func sackBlocks(limit: Int) -> [SequenceRange] {
         var blocks: [SequenceRange] = []
+        forEachSACKBlock(limit: limit) { blocks.append($0) }
+        return blocks
+    }
+
+    /// The blocks of `sackBlocks`, handed to `body` in that order without building a list: an
+    /// ACK during loss allocates nothing for them.
+    func forEachSACKBlock(limit: Int, _ body: (SequenceRange) -> Void) {
+        guard limit > 0 else { return }
+        // The run holding the latest arrival first (a run's span is its segments' spans).
+        var first: SequenceRange?
+        if let latest, let at = segments.firstIndex(where: { $0.start <= latest.start && latest.start < $0.end }) {
+            first = run(around: at)
+        }
+        var given = 0
+        if let first {
+            body(first)
+            given = 1
+        }
         var i = 0
-        while i < segments.count {
+        while i < segments.count && given < limit {
             var r = SequenceRange(start: segments[i].start, end: segments[i].end)
             while i + 1 < segments.count && segments[i + 1].start == r.end {
                 i += 1
                 r.end = segments[i].end
             }
-            blocks.append(r)
             i += 1
+            if r != first {
+                body(r)
+                given += 1
+            }
         }
-        if let latest, let at = blocks.firstIndex(where: { $0.start <= latest.start && latest.start < $0.end }) {
-            blocks.insert(blocks.remove(at: at), at: 0)
-        }
-        return Array(blocks.prefix(limit))
     }
 
     /// The contiguous run of held segments around `index`.
@@ -87,5 +104,32 @@ struct TCPReassembler: Sendable {
         while lo > 0 && segments[lo - 1].end == segments[lo].start { lo -= 1 }
         while hi + 1 < segments.count && segments[hi].end == segments[hi + 1].start { hi += 1 }
         return SequenceRange(start: segments[lo].start, end: segments[hi].end)
+    }
+}
+
+/// Up to four SACK blocks, held inline (the most a TCP header's options can carry).
+struct SACKBlockList {
+    private var blocks = (SequenceRange.empty, SequenceRange.empty, SequenceRange.empty, SequenceRange.empty)
+    private(set) var count = 0
+
+    /// Keeps `block` when fewer than four are held.
+    mutating func append(_ block: SequenceRange) {
+        switch count {
+        case 0: blocks.0 = block
+        case 1: blocks.1 = block
+        case 2: blocks.2 = block
+        case 3: blocks.3 = block
+        default: return
+        }
+        count += 1
+    }
+
+    subscript(_ k: Int) -> SequenceRange {
+        switch k {
+        case 0: blocks.0
+        case 1: blocks.1
+        case 2: blocks.2
+        default: blocks.3
+        }
     }
 }
