@@ -134,8 +134,9 @@ public struct HDLCDecoder: Sendable {
             var i = 0
             while i < n {
                 // Fast path, inside a frame. Escape pairs are taken one after another as they
-                // come (a peer may escape every byte); a run of plain bytes is scanned sixteen at
-                // a time up to its first special byte, then copied: a run of at most sixteen as
+                // come (a peer may escape every byte); a run of plain bytes is scanned 32 bytes
+                // at a time up to its first special byte (`plainRunEnd`; 16 near the chunk's
+                // end, the last bytes one by one), then copied: a run of at most sixteen as
                 // its one block, stored whole (into the buffer's slack) and counted up to the
                 // run. Whatever else needs the state machine (a flag, an ignored byte, an escape
                 // split across chunks or followed by a special byte) leaves it. `length <=
